@@ -1,0 +1,88 @@
+"""Engine configuration: plain dataclasses, built from CLI flags or the offline API."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float": torch.float32,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+}
+
+
+def resolve_dtype(name: str, device: str) -> torch.dtype:
+    """'auto' means bf16 on CUDA and fp32 on CPU (CPU bf16 matmuls are slow and inexact)."""
+    if name == "auto":
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    if name not in _DTYPES:
+        raise ValueError(f"--dtype: unknown dtype {name!r}; choose auto, {', '.join(_DTYPES)}")
+    return _DTYPES[name]
+
+
+def resolve_device(name: str) -> str:
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name not in ("cpu", "cuda") and not name.startswith("cuda:"):
+        raise ValueError(f"--device: unknown device {name!r}; choose auto, cpu or cuda")
+    return name
+
+
+@dataclass
+class ModelConfig:
+    model: str
+    tokenizer: str | None = None
+    dtype: str = "auto"
+    max_model_len: int | None = None
+    load_format: str = "auto"  # auto | safetensors | gguf | dummy
+    seed: int = 0
+    served_model_name: str | None = None
+    skip_tokenizer_init: bool = False
+
+
+@dataclass
+class CacheConfig:
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9
+    # On CPU there is no device memory to measure: the KV cache gets this many bytes.
+    cpu_kv_cache_bytes: int = 1 << 30
+    num_gpu_blocks_override: int | None = None
+    enable_prefix_caching: bool = True
+
+
+@dataclass
+class SchedulerConfig:
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    enable_chunked_prefill: bool = True
+
+
+@dataclass
+class EngineConfig:
+    model: ModelConfig
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    device: str = "auto"
+    log_stats_interval_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        self.device = resolve_device(self.device)
+        if self.cache.block_size <= 0 or self.cache.block_size & (self.cache.block_size - 1):
+            raise ValueError("--block-size must be a positive power of two")
+        if not 0.0 < self.cache.gpu_memory_utilization <= 1.0:
+            raise ValueError("--gpu-memory-utilization must be in (0, 1]")
+        if self.scheduler.max_num_seqs <= 0:
+            raise ValueError("--max-num-seqs must be positive")
+        if self.scheduler.max_num_batched_tokens <= 0:
+            raise ValueError("--max-num-batched-tokens must be positive")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return resolve_dtype(self.model.dtype, self.device)

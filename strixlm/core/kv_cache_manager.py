@@ -1,0 +1,147 @@
+"""KV-cache allocation per request, per KV-cache group, with prefix caching.
+
+Every layer belongs to a KV-cache group; layers of one group share a block table. A pure
+attention model has one group. All groups draw from one BlockPool and use one block size, so
+a request's chained block hashes are computed once and serve every group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from strixlm.core.block_pool import BlockPool
+from strixlm.engine.request import Request
+
+
+@dataclass(frozen=True)
+class KVCacheGroupSpec:
+    kind: str  # "full_attention" (sliding window and mamba come with hybrid models)
+    layer_names: tuple[str, ...]
+
+
+def hash_block_tokens(parent_hash: int | None, tokens: tuple[int, ...]) -> int:
+    """Chained hash: a block's identity is its tokens and everything before them."""
+    return hash((parent_hash, tokens))
+
+
+def update_block_hashes(request: Request, block_size: int) -> None:
+    """Extend request.block_hashes to cover every full block of its known tokens."""
+    hashes = request.block_hashes
+    tokens = request.all_token_ids
+    while (len(hashes) + 1) * block_size <= len(tokens):
+        start = len(hashes) * block_size
+        parent = hashes[-1] if hashes else None
+        hashes.append(hash_block_tokens(parent, tuple(tokens[start : start + block_size])))
+
+
+class KVCacheManager:
+    def __init__(
+        self,
+        groups: list[KVCacheGroupSpec],
+        num_blocks: int,
+        block_size: int,
+        enable_caching: bool,
+    ) -> None:
+        self.groups = groups
+        self.block_size = block_size
+        self.enable_caching = enable_caching
+        self.pool = BlockPool(num_blocks, enable_caching)
+        # request id -> block ids per group
+        self.req_blocks: dict[str, list[list[int]]] = {}
+        # request id -> number of its blocks already registered in the prefix cache
+        self.num_cached_blocks: dict[str, int] = {}
+
+    @property
+    def usage(self) -> float:
+        return self.pool.usage
+
+    def blocks_of(self, request_id: str) -> list[list[int]]:
+        return self.req_blocks.get(request_id) or [[] for _ in self.groups]
+
+    def get_computed_blocks(self, request: Request) -> tuple[list[list[int]], int]:
+        """Longest cached prefix of full blocks, as (blocks per group, tokens covered).
+
+        At least one token is always left to compute, so the model produces logits.
+        """
+        if not self.enable_caching:
+            return [[] for _ in self.groups], 0
+        update_block_hashes(request, self.block_size)
+        max_blocks = (request.num_tokens - 1) // self.block_size
+        hits: list[list[int]] = []
+        for gid, _ in enumerate(self.groups):
+            found = []
+            for h in request.block_hashes[:max_blocks]:
+                bid = self.pool.get_cached_block(gid, h)
+                if bid is None:
+                    break
+                found.append(bid)
+            hits.append(found)
+        n = min(len(h) for h in hits)
+        hits = [h[:n] for h in hits]
+        self.pool.record_hits(max_blocks, n)
+        return hits, n * self.block_size
+
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        new_computed_blocks: list[list[int]] | None = None,
+    ) -> bool:
+        """Make room for num_new_tokens more tokens; False (and no change) if the pool is short.
+
+        new_computed_blocks are prefix-cache hits the scheduler is adding for a new request.
+        """
+        rid = request.request_id
+        cur = self.req_blocks.get(rid)
+        if cur is None:
+            cur = [[] for _ in self.groups]
+        hit_blocks = new_computed_blocks or [[] for _ in self.groups]
+        num_hit_tokens = len(hit_blocks[0]) * self.block_size
+        total_tokens = request.num_computed_tokens + num_hit_tokens + num_new_tokens
+        need_per_group = -(-total_tokens // self.block_size)
+        num_new_blocks = sum(
+            max(0, need_per_group - len(c) - len(h)) for c, h in zip(cur, hit_blocks, strict=True)
+        )
+        # Hits sitting in the free queue stop being free once touched.
+        num_reclaimed = sum(
+            1 for h in hit_blocks for b in h if self.pool.blocks[b].ref_cnt == 0
+        )
+        if num_new_blocks + num_reclaimed > self.pool.num_free_blocks:
+            return False
+        for c, h in zip(cur, hit_blocks, strict=True):
+            if h:
+                self.pool.touch(h)
+                c.extend(h)
+            extra = need_per_group - len(c)
+            if extra > 0:
+                c.extend(self.pool.allocate(extra))
+        self.req_blocks[rid] = cur
+        self._cache_full_blocks(request, request.num_computed_tokens + num_hit_tokens + num_new_tokens)
+        return True
+
+    def _cache_full_blocks(self, request: Request, num_known_tokens: int) -> None:
+        if not self.enable_caching:
+            return
+        update_block_hashes(request, self.block_size)
+        rid = request.request_id
+        done = self.num_cached_blocks.get(rid, 0)
+        upto = min(num_known_tokens // self.block_size, len(request.block_hashes))
+        for gid, blocks in enumerate(self.req_blocks[rid]):
+            for i in range(done, upto):
+                self.pool.cache_full_block(gid, blocks[i], request.block_hashes[i])
+        self.num_cached_blocks[rid] = max(done, upto)
+
+    def free(self, request: Request) -> None:
+        blocks = self.req_blocks.pop(request.request_id, None)
+        self.num_cached_blocks.pop(request.request_id, None)
+        if blocks is None:
+            return
+        for group_blocks in blocks:
+            self.pool.free(list(reversed(group_blocks)))
+
+    def num_free_blocks(self) -> int:
+        return self.pool.num_free_blocks
+
+    def prefix_cache_hit_rate(self) -> float:
+        q = self.pool.num_queried_blocks
+        return self.pool.num_hit_blocks / q if q else 0.0

@@ -1,0 +1,67 @@
+"""EngineCore: schedule -> execute -> update, over token ids only (no text)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from strixlm.config import EngineConfig
+from strixlm.core.kv_cache_manager import KVCacheManager
+from strixlm.core.scheduler import Scheduler, SchedulerStats
+from strixlm.engine.model_info import ModelInfo
+from strixlm.engine.request import EngineCoreOutput, Request, RequestStatus
+from strixlm.worker.model_runner import ModelRunner
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class StepStats:
+    scheduler: SchedulerStats
+    num_prompt_tokens: int  # prefill tokens computed this step
+    num_generation_tokens: int  # tokens sampled this step
+    num_blocks: int
+
+
+class EngineCore:
+    def __init__(self, config: EngineConfig, info: ModelInfo) -> None:
+        self.config = config
+        self.info = info
+        t0 = time.perf_counter()
+        self.runner = ModelRunner(config, info.hf_config, info.folder, info.max_model_len)
+        num_blocks = self.runner.determine_num_blocks()
+        self.runner.init_kv_cache(num_blocks)
+        bs = config.cache.block_size
+        if (num_blocks - 1) * bs < info.max_model_len:
+            logger.warning(
+                "KV cache holds %d tokens, less than max_model_len %d: long requests will wait",
+                (num_blocks - 1) * bs, info.max_model_len,
+            )
+        self.kv_manager = KVCacheManager(
+            self.runner.kv_cache_groups(), num_blocks, bs, config.cache.enable_prefix_caching
+        )
+        self.scheduler = Scheduler(config.scheduler, self.kv_manager, info.max_model_len)
+        self.num_blocks = num_blocks
+        logger.info(
+            "engine ready in %.1fs: %s on %s (%s), %d KV blocks of %d tokens (%.2f GiB)",
+            time.perf_counter() - t0, info.name, config.device, config.torch_dtype,
+            num_blocks, bs, num_blocks * self.runner.bytes_per_block() / 2**30,
+        )
+
+    def add_request(self, request: Request) -> None:
+        self.scheduler.add_request(request)
+
+    def abort_requests(self, request_ids: list[str]) -> None:
+        self.scheduler.finish_requests(request_ids, RequestStatus.FINISHED_ABORTED)
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    def step(self) -> tuple[list[EngineCoreOutput], StepStats]:
+        sched = self.scheduler.schedule()
+        sampled, logprobs = self.runner.execute(sched)
+        outputs = self.scheduler.update_from_output(sched, sampled, logprobs)
+        num_prompt = sched.total_num_scheduled_tokens - len(sampled)
+        stats = StepStats(self.scheduler.stats(), num_prompt, len(sampled), self.num_blocks)
+        return outputs, stats

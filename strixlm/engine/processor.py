@@ -1,0 +1,74 @@
+"""Turns a user's prompt and SamplingParams into validated engine Requests."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+from strixlm.engine.model_info import ModelInfo
+from strixlm.engine.request import Request, SamplingParams
+
+
+class InvalidRequestError(ValueError):
+    """Bad user input: the server answers 400 with this message."""
+
+
+def child_request_id(parent_id: str, index: int, n: int) -> str:
+    return parent_id if n == 1 else f"{parent_id}#{index}"
+
+
+class InputProcessor:
+    def __init__(self, info: ModelInfo, seed: int = 0) -> None:
+        self.info = info
+        self._rng = random.Random(seed)
+
+    def tokenize(self, prompt: str) -> list[int]:
+        tok = self.info.tokenizer
+        if tok is None:
+            raise InvalidRequestError("this model was loaded without a tokenizer: send token ids")
+        return tok.encode(prompt, add_special_tokens=True)
+
+    def make_requests(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams
+    ) -> list[Request]:
+        """One Request per sample (n > 1 fans out; the prefix cache shares the prompt's blocks)."""
+        n_prompt = len(prompt_token_ids)
+        max_len = self.info.max_model_len
+        if n_prompt == 0:
+            raise InvalidRequestError("the prompt is empty")
+        if n_prompt >= max_len:
+            raise InvalidRequestError(
+                f"This model's maximum context length is {max_len} tokens. However, your "
+                f"prompt has {n_prompt} tokens, which leaves no room for output."
+            )
+        vocab = self.info.vocab_size
+        bad = [t for t in prompt_token_ids if not 0 <= t < vocab]
+        if bad:
+            raise InvalidRequestError(f"token id {bad[0]} is out of range for vocab size {vocab}")
+        if any(not 0 <= t < vocab for t in params.stop_token_ids):
+            raise InvalidRequestError("stop_token_ids contains an id outside the vocabulary")
+        if params.max_tokens is None:
+            params = dataclasses.replace(params, max_tokens=max_len - n_prompt)
+        if params.max_tokens > max_len - n_prompt:
+            raise InvalidRequestError(
+                f"This model's maximum context length is {max_len} tokens. However, you "
+                f"requested {n_prompt + params.max_tokens} tokens ({n_prompt} in the prompt, "
+                f"{params.max_tokens} for the completion). Please reduce the length."
+            )
+        if self.info.extra_eos_token_ids and not params.ignore_eos:
+            extra = [t for t in self.info.extra_eos_token_ids if t not in params.stop_token_ids]
+            params = dataclasses.replace(params, stop_token_ids=params.stop_token_ids + extra)
+        reqs = []
+        for i in range(params.n):
+            # A user seed makes the whole set reproducible; each sample gets its own stream.
+            seed = params.seed + i if params.seed is not None else self._rng.getrandbits(63)
+            reqs.append(
+                Request(
+                    child_request_id(request_id, i, params.n),
+                    list(prompt_token_ids),
+                    params,
+                    eos_token_id=self.info.eos_token_id,
+                    sampling_seed=seed,
+                )
+            )
+        return reqs

@@ -1,0 +1,202 @@
+"""The model runner: one step is prepare -> forward -> sample -> post-update.
+
+Shaped after Model Runner V2: persistent per-request rows (states.py), per-step inputs
+gathered from them (input_batch.py), model-specific metadata from a ModelState. This is the
+synchronous reference path; the CUDA fast path (GPU-side gathers, async scheduling, CUDA
+graphs) builds on the same shape.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from strixlm.config import EngineConfig
+from strixlm.core.kv_cache_manager import KVCacheGroupSpec
+from strixlm.core.scheduler import SchedulerOutput
+from strixlm.engine.request import TokenLogprob
+from strixlm.layers.attention.backend import kv_cache_shape
+from strixlm.layers.attention.torch_paged import TorchPagedAttention
+from strixlm.models.loader import load_model
+from strixlm.sample.metadata import SamplingMetadata, SamplingRow
+from strixlm.sample.sampler import Sampler, SamplerOutput
+from strixlm.worker.input_batch import InputBatch, gather_inputs
+from strixlm.worker.model_states.default import DefaultModelState
+from strixlm.worker.states import RequestStateTable
+
+logger = logging.getLogger(__name__)
+
+
+class ModelRunner:
+    def __init__(self, config: EngineConfig, hf_config, model_folder: str | None,
+                 max_model_len: int) -> None:
+        self.config = config
+        self.hf_config = hf_config
+        self.device = config.device
+        self.dtype = config.torch_dtype
+        self.max_model_len = max_model_len
+        self.block_size = config.cache.block_size
+        self.model = load_model(
+            hf_config, model_folder, config.model.load_format, TorchPagedAttention,
+            self.device, self.dtype, config.model.seed,
+        )
+        self.attn_layers = self.model.attention_layers()
+        self.vocab_size = hf_config.vocab_size
+        self.sampler = Sampler()
+        self.model_state = DefaultModelState(self.block_size, self.device)
+        self.table: RequestStateTable | None = None
+        self.kv_caches: list[torch.Tensor] = []
+
+    # ---- KV cache ----------------------------------------------------------------------
+    def kv_cache_groups(self) -> list[KVCacheGroupSpec]:
+        names = tuple(f"layers.{i}.self_attn" for i in range(len(self.attn_layers)))
+        return [KVCacheGroupSpec("full_attention", names)]
+
+    def bytes_per_block(self) -> int:
+        a = self.attn_layers[0]
+        elem = torch.tensor([], dtype=self.dtype).element_size()
+        return 2 * self.block_size * a.num_kv_heads * a.head_dim * elem * len(self.attn_layers)
+
+    def determine_num_blocks(self) -> int:
+        cache = self.config.cache
+        if cache.num_gpu_blocks_override:
+            return cache.num_gpu_blocks_override
+        if not self.device.startswith("cuda"):
+            return max(2, cache.cpu_kv_cache_bytes // self.bytes_per_block())
+        peak = self._profile_peak_memory()
+        _, total = torch.cuda.mem_get_info()
+        avail = int(total * cache.gpu_memory_utilization) - peak
+        if avail <= 0:
+            raise RuntimeError(
+                f"no memory left for the KV cache: the model takes {peak / 2**30:.1f} GiB at "
+                "peak; raise --gpu-memory-utilization or lower --max-num-batched-tokens"
+            )
+        return avail // self.bytes_per_block()
+
+    def _profile_peak_memory(self) -> int:
+        """Peak device memory of the largest step: one full token budget plus sampling."""
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        n = min(self.config.scheduler.max_num_batched_tokens, self.max_model_len)
+        nblk = -(-n // self.block_size) + 1
+        self.init_kv_cache(nblk)
+        from strixlm.engine.request import Request, SamplingParams
+        from strixlm.core.scheduler import NewRequestData
+
+        req = Request("__profile__", [0] * n, SamplingParams(max_tokens=1))
+        sched = SchedulerOutput(
+            new_reqs=[NewRequestData(req, [list(range(1, nblk))], 0)],
+            num_scheduled_tokens={"__profile__": n},
+        )
+        self.execute(sched)
+        # Logits of a full batch of sequences is the other large transient.
+        h = torch.zeros(self.config.scheduler.max_num_seqs, self.hf_config.hidden_size,
+                        device=self.device, dtype=self.dtype)
+        self.model.compute_logits(h)
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated()
+        self.table = None
+        self.kv_caches = []
+        for layer in self.attn_layers:
+            layer.kv_cache = None
+        torch.cuda.empty_cache()
+        return peak
+
+    def init_kv_cache(self, num_blocks: int) -> None:
+        a = self.attn_layers[0]
+        shape = kv_cache_shape(num_blocks, self.block_size, a.num_kv_heads, a.head_dim)
+        self.kv_caches = []
+        for layer in self.attn_layers:
+            t = torch.zeros(shape, dtype=self.dtype, device=self.device)
+            layer.kv_cache = t
+            self.kv_caches.append(t)
+        max_blocks = -(-self.max_model_len // self.block_size)
+        self.table = RequestStateTable(
+            self.config.scheduler.max_num_seqs + 1, self.max_model_len, max_blocks, 1
+        )
+
+    # ---- one step ----------------------------------------------------------------------
+    def _update_states(self, sched: SchedulerOutput) -> None:
+        table = self.table
+        for rid in sched.finished_req_ids:
+            table.remove(rid)
+        for new in sched.new_reqs:
+            table.add(new.request, new.block_ids, new.num_computed_tokens)
+        for cached in sched.cached_reqs:
+            table.append_blocks(table.rows[cached.request_id], cached.new_block_ids)
+
+    @torch.inference_mode()
+    def execute(
+        self, sched: SchedulerOutput
+    ) -> tuple[dict[str, int], dict[str, TokenLogprob]]:
+        self._update_states(sched)
+        if sched.is_empty:
+            return {}, {}
+        rids = list(sched.num_scheduled_tokens)
+        counts = [sched.num_scheduled_tokens[r] for r in rids]
+        batch = gather_inputs(self.table, rids, counts, self.device)
+        md = self.model_state.prepare(self.table, batch)
+        hidden = self.model(batch.input_ids, batch.positions, md)
+        # The runner's own view of progress: computed tokens advance by what ran.
+        self.table.num_computed[batch.rows_t] += torch.tensor(counts, dtype=torch.int64)
+        idx = batch.logits_indices
+        if not idx:
+            return {}, {}
+        logits = self.model.compute_logits(hidden[torch.tensor(idx, device=self.device)])
+        sample_rows = [r for r, s in zip(batch.rows, batch.sample_mask, strict=True) if s]
+        out = self.sampler(logits, self._sampling_metadata(sample_rows))
+        return self._post_update(sample_rows, out)
+
+    def _sampling_metadata(self, rows: list[int]) -> SamplingMetadata:
+        table = self.table
+        recs = []
+        for row in rows:
+            info = table.info[row]
+            sp = info.params
+            n = int(table.num_tokens[row])
+            num_out = n - info.prompt_len
+            suppress: list[int] = []
+            if num_out < sp.min_tokens:
+                suppress = list(sp.stop_token_ids)
+                if info.eos_token_id is not None and not sp.ignore_eos:
+                    suppress.append(info.eos_token_id)
+            penalized = (
+                sp.presence_penalty != 0 or sp.frequency_penalty != 0
+                or sp.repetition_penalty != 1.0
+            )
+            recs.append(SamplingRow(
+                temperature=sp.temperature, top_k=sp.top_k, top_p=sp.top_p, min_p=sp.min_p,
+                seed=info.seed, position=n,
+                presence_penalty=sp.presence_penalty,
+                frequency_penalty=sp.frequency_penalty,
+                repetition_penalty=sp.repetition_penalty,
+                token_ids=table.token_ids[row, :n].tolist() if penalized else (),
+                prompt_len=info.prompt_len, suppress_token_ids=suppress,
+                num_logprobs=sp.logprobs,
+            ))
+        return SamplingMetadata.build(recs, self.device, self.vocab_size)
+
+    def _post_update(
+        self, rows: list[int], out: SamplerOutput
+    ) -> tuple[dict[str, int], dict[str, TokenLogprob]]:
+        table = self.table
+        tokens = out.sampled_token_ids.tolist()  # the step's one device->host copy
+        sampled: dict[str, int] = {}
+        logprobs: dict[str, TokenLogprob] = {}
+        lp = out.logprobs
+        if lp is not None:
+            s_lp = lp.sampled_logprobs.tolist()
+            s_rank = lp.sampled_ranks.tolist()
+            top_ids = lp.top_ids.tolist()
+            top_lp = lp.top_logprobs.tolist()
+        for i, (row, tok) in enumerate(zip(rows, tokens, strict=True)):
+            info = table.info[row]
+            table.append_token(row, tok)
+            sampled[info.request_id] = tok
+            k = info.params.logprobs
+            if k is not None and lp is not None:
+                logprobs[info.request_id] = TokenLogprob(
+                    tok, s_lp[i], s_rank[i], list(zip(top_ids[i][:k], top_lp[i][:k], strict=True))
+                )
+        return sampled, logprobs
