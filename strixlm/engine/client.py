@@ -1,0 +1,203 @@
+"""AsyncEngineClient: the API process's handle on an engine core running in its own process.
+
+The API process tokenizes, detokenizes and applies stop strings; the engine process only
+sees token ids. A reader thread drains the engine's output queue and hands each batch to
+the event loop, which routes RequestOutputs to per-request asyncio queues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import multiprocessing as mp
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from strixlm.config import EngineConfig
+from strixlm.engine.core import StepStats
+from strixlm.engine.model_info import ModelInfo
+from strixlm.engine.output_processor import OutputProcessor
+from strixlm.engine.processor import InputProcessor
+from strixlm.engine.request import RequestOutput, SamplingParams
+
+logger = logging.getLogger(__name__)
+
+
+class EngineDeadError(RuntimeError):
+    pass
+
+
+@dataclass
+class IntervalCounters:
+    """Token counts since the last periodic log line."""
+
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    since: float = field(default_factory=time.monotonic)
+
+
+class AsyncEngineClient:
+    def __init__(self, config: EngineConfig, info: ModelInfo) -> None:
+        self.config = config
+        self.info = info
+        self.processor = InputProcessor(info, config.model.seed)
+        self.outputs = OutputProcessor(info.tokenizer)
+        self.queues: dict[str, asyncio.Queue] = {}
+        self.stats: StepStats | None = None
+        self.total_prompt_tokens = 0
+        self.total_generation_tokens = 0
+        self.interval = IntervalCounters()
+        self.num_blocks = 0
+        self.dead: str | None = None
+        self._ids = itertools.count()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._log_task: asyncio.Task | None = None
+        self._listeners: list = []  # callables(RequestOutput, now) for metrics
+
+    # ---- lifecycle ---------------------------------------------------------------------
+    def start(self) -> None:
+        """Spawn the engine process and wait until its model and KV cache are ready."""
+        ctx = mp.get_context("spawn")
+        self.in_q = ctx.Queue()
+        self.out_q = ctx.Queue()
+        # The engine process does not need the tokenizer.
+        core_info = ModelInfo(**{**self.info.__dict__, "tokenizer": None})
+        from strixlm.engine.engine_proc import run_engine_core
+
+        self.proc = ctx.Process(
+            target=run_engine_core,
+            args=(self.config, core_info, self.in_q, self.out_q, logging.getLogger().level),
+            daemon=True,
+            name="strixlm-engine",
+        )
+        self.proc.start()
+        msg = self.out_q.get()
+        if msg[0] == "error":
+            self.proc.join(timeout=5)
+            raise RuntimeError(f"engine process failed to start:\n{msg[1]}")
+        self.num_blocks = msg[1]
+
+    async def attach(self) -> None:
+        """Start routing outputs on the running event loop (call once from the server)."""
+        self._loop = asyncio.get_running_loop()
+        threading.Thread(target=self._reader, name="strixlm-engine-reader", daemon=True).start()
+        self._log_task = asyncio.create_task(self._log_loop())
+
+    def shutdown(self) -> None:
+        if getattr(self, "proc", None) is None:
+            return
+        try:
+            self.in_q.put(("shutdown", None))
+            self.proc.join(timeout=10)
+        finally:
+            if self.proc.is_alive():
+                self.proc.kill()
+            self.proc = None
+
+    # ---- requests ----------------------------------------------------------------------
+    def add_listener(self, fn) -> None:
+        self._listeners.append(fn)
+
+    async def generate(
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        request_id: str | None = None,
+        prompt: str | None = None,
+    ) -> AsyncIterator[RequestOutput]:
+        """Yield delta RequestOutputs until the request finishes; aborts it if cancelled."""
+        if self.dead:
+            raise EngineDeadError(self.dead)
+        rid = request_id or f"req-{next(self._ids)}"
+        reqs = self.processor.make_requests(rid, prompt_token_ids, params)
+        q: asyncio.Queue = asyncio.Queue()
+        self.queues[rid] = q
+        self.outputs.add_request(
+            rid, prompt, prompt_token_ids, params, [r.request_id for r in reqs], kind="delta"
+        )
+        self.in_q.put(("add", reqs))
+        finished = False
+        try:
+            while not finished:
+                item = await q.get()
+                if isinstance(item, Exception):
+                    raise item
+                finished = item.finished
+                yield item
+        finally:
+            self.queues.pop(rid, None)
+            if not finished:
+                self.abort(rid)
+
+    def abort(self, request_id: str) -> None:
+        child_ids = self.outputs.child_ids(request_id)
+        self.outputs.abort(request_id)
+        if child_ids:
+            self.in_q.put(("abort", child_ids))
+
+    # ---- output routing ----------------------------------------------------------------
+    def _reader(self) -> None:
+        while True:
+            try:
+                msg = self.out_q.get()
+            except (EOFError, OSError):
+                msg = ("error", "engine output queue closed")
+            self._loop.call_soon_threadsafe(self._dispatch, msg)
+            if msg[0] == "error":
+                return
+
+    def _dispatch(self, msg) -> None:
+        if msg[0] == "error":
+            self.dead = f"engine process died: {msg[1]}"
+            logger.error(self.dead)
+            for q in self.queues.values():
+                q.put_nowait(EngineDeadError(self.dead))
+            return
+        _, core_outputs, stats = msg
+        self.stats = stats
+        self.total_prompt_tokens += stats.num_prompt_tokens
+        self.total_generation_tokens += stats.num_generation_tokens
+        self.interval.prompt_tokens += stats.num_prompt_tokens
+        self.interval.generation_tokens += stats.num_generation_tokens
+        results, to_abort = self.outputs.process(core_outputs)
+        if to_abort:
+            self.in_q.put(("abort", to_abort))
+        now = time.monotonic()
+        for ro in results:
+            for fn in self._listeners:
+                fn(ro, now)
+            q = self.queues.get(ro.request_id)
+            if q is not None:
+                q.put_nowait(ro)
+
+    async def _log_loop(self) -> None:
+        period = self.config.log_stats_interval_s
+        while True:
+            await asyncio.sleep(period)
+            self.log_stats()
+
+    def log_stats(self) -> None:
+        now = time.monotonic()
+        dt = max(now - self.interval.since, 1e-9)
+        s = self.stats
+        sched = s.scheduler if s else None
+        hit = (
+            100.0 * sched.prefix_cache_hits / sched.prefix_cache_queries
+            if sched and sched.prefix_cache_queries
+            else 0.0
+        )
+        logger.info(
+            "Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f tokens/s, "
+            "Running: %d reqs, Waiting: %d reqs, KV cache usage: %.1f%%, "
+            "Prefix cache hit rate: %.1f%%",
+            self.interval.prompt_tokens / dt,
+            self.interval.generation_tokens / dt,
+            sched.num_running if sched else 0,
+            sched.num_waiting if sched else 0,
+            100.0 * (sched.kv_cache_usage if sched else 0.0),
+            hit,
+        )
+        self.interval = IntervalCounters()

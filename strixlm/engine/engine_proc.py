@@ -1,0 +1,54 @@
+"""The engine core in its own process: a busy loop fed and drained through two queues.
+
+Messages in:  ("add", [Request, ...]) | ("abort", [request_id, ...]) | ("shutdown", None)
+Messages out: ("ready", num_blocks) | ("error", text) | ("outputs", [EngineCoreOutput], StepStats)
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import traceback
+
+from strixlm.config import EngineConfig
+from strixlm.engine.model_info import ModelInfo
+
+
+def run_engine_core(config: EngineConfig, info: ModelInfo, in_q, out_q, log_level: int) -> None:
+    logging.basicConfig(level=log_level, format="%(levelname)s %(asctime)s [engine] %(message)s")
+    try:
+        from strixlm.engine.core import EngineCore, StepStats
+
+        core = EngineCore(config, info)
+    except Exception:
+        out_q.put(("error", traceback.format_exc()))
+        return
+    out_q.put(("ready", core.num_blocks))
+    while True:
+        # Block only when idle: a busy engine polls the queue between steps.
+        block = not core.has_unfinished()
+        handled = False
+        try:
+            while True:
+                kind, payload = in_q.get(block=block, timeout=None)
+                block = False
+                handled = True
+                if kind == "shutdown":
+                    return
+                if kind == "add":
+                    for req in payload:
+                        core.add_request(req)
+                elif kind == "abort":
+                    core.abort_requests(payload)
+        except queue.Empty:
+            pass
+        if handled and not core.has_unfinished():
+            # Aborts can empty the engine without a step: report the freed cache anyway.
+            out_q.put(("outputs", [], StepStats(core.scheduler.stats(), 0, 0, core.num_blocks)))
+        if core.has_unfinished():
+            try:
+                outputs, stats = core.step()
+            except Exception:
+                out_q.put(("error", traceback.format_exc()))
+                return
+            out_q.put(("outputs", outputs, stats))
