@@ -27,7 +27,9 @@ class BlockPool:
         self.enable_caching = enable_caching
         self.blocks = [KVBlock(i) for i in range(num_blocks)]
         # Block 0 is a null block never handed out: padded block-table entries point at it.
-        self.free_queue: OrderedDict[int, None] = OrderedDict((i, None) for i in range(1, num_blocks))
+        self.free_queue: OrderedDict[int, None] = OrderedDict(
+            (i, None) for i in range(1, num_blocks)
+        )
         # (group id, block hash) -> block id of a full block whose KV is known.
         self.cached: dict[tuple[int, int], int] = {}
         self.num_hit_queries = 0

@@ -103,9 +103,7 @@ class KVCacheManager:
             max(0, need_per_group - len(c) - len(h)) for c, h in zip(cur, hit_blocks, strict=True)
         )
         # Hits sitting in the free queue stop being free once touched.
-        num_reclaimed = sum(
-            1 for h in hit_blocks for b in h if self.pool.blocks[b].ref_cnt == 0
-        )
+        num_reclaimed = sum(1 for h in hit_blocks for b in h if self.pool.blocks[b].ref_cnt == 0)
         if num_new_blocks + num_reclaimed > self.pool.num_free_blocks:
             return False
         for c, h in zip(cur, hit_blocks, strict=True):
@@ -116,7 +114,9 @@ class KVCacheManager:
             if extra > 0:
                 c.extend(self.pool.allocate(extra))
         self.req_blocks[rid] = cur
-        self._cache_full_blocks(request, request.num_computed_tokens + num_hit_tokens + num_new_tokens)
+        self._cache_full_blocks(
+            request, request.num_computed_tokens + num_hit_tokens + num_new_tokens
+        )
         return True
 
     def _cache_full_blocks(self, request: Request, num_known_tokens: int) -> None:

@@ -160,8 +160,9 @@ class Scheduler:
             req.status = RequestStatus.RUNNING
             self.running.append(req)
             out.new_reqs.append(
-                NewRequestData(req, [list(b) for b in self.kv.blocks_of(req.request_id)],
-                               num_hit_tokens)
+                NewRequestData(
+                    req, [list(b) for b in self.kv.blocks_of(req.request_id)], num_hit_tokens
+                )
             )
             out.num_scheduled_tokens[req.request_id] = n
             req.num_computed_tokens = num_hit_tokens + n

@@ -11,6 +11,7 @@ import asyncio
 import itertools
 import logging
 import multiprocessing as mp
+import queue
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -87,15 +88,16 @@ class AsyncEngineClient:
         self._log_task = asyncio.create_task(self._log_loop())
 
     def shutdown(self) -> None:
-        if getattr(self, "proc", None) is None:
+        proc = getattr(self, "proc", None)
+        if proc is None:
             return
+        self.proc = None  # first, so the reader does not report the exit as a crash
         try:
             self.in_q.put(("shutdown", None))
-            self.proc.join(timeout=10)
+            proc.join(timeout=10)
         finally:
-            if self.proc.is_alive():
-                self.proc.kill()
-            self.proc = None
+            if proc.is_alive():
+                proc.kill()
 
     # ---- requests ----------------------------------------------------------------------
     def add_listener(self, fn) -> None:
@@ -142,10 +144,22 @@ class AsyncEngineClient:
     def _reader(self) -> None:
         while True:
             try:
-                msg = self.out_q.get()
+                # A timeout, because a killed engine never closes the queue (we hold its
+                # write end too): without the liveness check its requests would hang.
+                msg = self.out_q.get(timeout=1.0)
+            except queue.Empty:
+                proc = self.proc
+                if proc is None:
+                    return  # shut down
+                if proc.is_alive():
+                    continue
+                msg = ("error", f"engine process exited unexpectedly (code {proc.exitcode})")
             except (EOFError, OSError):
                 msg = ("error", "engine output queue closed")
-            self._loop.call_soon_threadsafe(self._dispatch, msg)
+            try:
+                self._loop.call_soon_threadsafe(self._dispatch, msg)
+            except RuntimeError:
+                return  # the event loop is closed
             if msg[0] == "error":
                 return
 

@@ -36,7 +36,8 @@ class EngineCore:
         if (num_blocks - 1) * bs < info.max_model_len:
             logger.warning(
                 "KV cache holds %d tokens, less than max_model_len %d: long requests will wait",
-                (num_blocks - 1) * bs, info.max_model_len,
+                (num_blocks - 1) * bs,
+                info.max_model_len,
             )
         self.kv_manager = KVCacheManager(
             self.runner.kv_cache_groups(), num_blocks, bs, config.cache.enable_prefix_caching
@@ -45,8 +46,13 @@ class EngineCore:
         self.num_blocks = num_blocks
         logger.info(
             "engine ready in %.1fs: %s on %s (%s), %d KV blocks of %d tokens (%.2f GiB)",
-            time.perf_counter() - t0, info.name, config.device, config.torch_dtype,
-            num_blocks, bs, num_blocks * self.runner.bytes_per_block() / 2**30,
+            time.perf_counter() - t0,
+            info.name,
+            config.device,
+            config.torch_dtype,
+            num_blocks,
+            bs,
+            num_blocks * self.runner.bytes_per_block() / 2**30,
         )
 
     def add_request(self, request: Request) -> None:

@@ -77,8 +77,12 @@ class OutputProcessor:
                     include_stop_str_in_output=params.include_stop_str_in_output,
                 )
             samples.append(
-                _Sample(i, detok, logprobs=[] if params.logprobs is not None else None,
-                        cumulative_logprob=0.0 if params.logprobs is not None else None)
+                _Sample(
+                    i,
+                    detok,
+                    logprobs=[] if params.logprobs is not None else None,
+                    cumulative_logprob=0.0 if params.logprobs is not None else None,
+                )
             )
             self.child_to_parent[cid] = (request_id, i)
         self.parents[request_id] = _Parent(
@@ -157,8 +161,10 @@ class OutputProcessor:
             else:
                 text, toks, lps = s.text, list(s.token_ids), s.logprobs
             comps.append(
-                CompletionOutput(s.index, text, toks, s.cumulative_logprob, lps,
-                                 s.finish_reason, s.stop_reason)
+                CompletionOutput(
+                    s.index, text, toks, s.cumulative_logprob, lps, s.finish_reason, s.stop_reason
+                )
             )
-        return RequestOutput(p.request_id, p.prompt, p.prompt_token_ids, comps, p.finished,
-                             p.num_cached_tokens)
+        return RequestOutput(
+            p.request_id, p.prompt, p.prompt_token_ids, comps, p.finished, p.num_cached_tokens
+        )

@@ -43,22 +43,35 @@ class LLM:
     ) -> None:
         config = EngineConfig(
             model=ModelConfig(
-                model=model, tokenizer=tokenizer, dtype=dtype, max_model_len=max_model_len,
-                load_format=load_format, seed=seed, skip_tokenizer_init=skip_tokenizer_init,
+                model=model,
+                tokenizer=tokenizer,
+                dtype=dtype,
+                max_model_len=max_model_len,
+                load_format=load_format,
+                seed=seed,
+                skip_tokenizer_init=skip_tokenizer_init,
             ),
             cache=CacheConfig(
-                block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
+                block_size=block_size,
+                gpu_memory_utilization=gpu_memory_utilization,
                 cpu_kv_cache_bytes=cpu_kv_cache_bytes,
                 num_gpu_blocks_override=num_gpu_blocks_override,
                 enable_prefix_caching=enable_prefix_caching,
             ),
             scheduler=SchedulerConfig(
-                max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                max_num_seqs=max_num_seqs,
+                max_num_batched_tokens=max_num_batched_tokens,
                 enable_chunked_prefill=enable_chunked_prefill,
             ),
             device=device,
         )
         self.engine = LLMEngine(config)
+
+    @classmethod
+    def from_config(cls, config: EngineConfig) -> LLM:
+        llm = cls.__new__(cls)
+        llm.engine = LLMEngine(config)
+        return llm
 
     def get_tokenizer(self):
         return self.engine.tokenizer
@@ -106,8 +119,9 @@ class LLM:
 
     def _run(self, ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
         done: dict[str, RequestOutput] = {}
-        bar = tqdm(total=len(ids), desc="Processed prompts", disable=not use_tqdm,
-                   dynamic_ncols=True)
+        bar = tqdm(
+            total=len(ids), desc="Processed prompts", disable=not use_tqdm, dynamic_ncols=True
+        )
         out_tokens = 0
         while self.engine.has_unfinished():
             for ro in self.engine.step():

@@ -159,7 +159,9 @@ class LlamaForCausalLM(nn.Module):
                     target, shard = name.replace(f".{src}.", f".{dst}."), idx
                     break
             if target not in params:
-                raise KeyError(f"checkpoint tensor {hf_name!r} has no place in {type(self).__name__}")
+                raise KeyError(
+                    f"checkpoint tensor {hf_name!r} has no place in {type(self).__name__}"
+                )
             p = params[target]
             with torch.no_grad():
                 if shard is None:

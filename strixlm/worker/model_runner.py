@@ -21,7 +21,7 @@ from strixlm.layers.attention.torch_paged import TorchPagedAttention
 from strixlm.models.loader import load_model
 from strixlm.sample.metadata import SamplingMetadata, SamplingRow
 from strixlm.sample.sampler import Sampler, SamplerOutput
-from strixlm.worker.input_batch import InputBatch, gather_inputs
+from strixlm.worker.input_batch import gather_inputs
 from strixlm.worker.model_states.default import DefaultModelState
 from strixlm.worker.states import RequestStateTable
 
@@ -29,8 +29,9 @@ logger = logging.getLogger(__name__)
 
 
 class ModelRunner:
-    def __init__(self, config: EngineConfig, hf_config, model_folder: str | None,
-                 max_model_len: int) -> None:
+    def __init__(
+        self, config: EngineConfig, hf_config, model_folder: str | None, max_model_len: int
+    ) -> None:
         self.config = config
         self.hf_config = hf_config
         self.device = config.device
@@ -38,8 +39,13 @@ class ModelRunner:
         self.max_model_len = max_model_len
         self.block_size = config.cache.block_size
         self.model = load_model(
-            hf_config, model_folder, config.model.load_format, TorchPagedAttention,
-            self.device, self.dtype, config.model.seed,
+            hf_config,
+            model_folder,
+            config.model.load_format,
+            TorchPagedAttention,
+            self.device,
+            self.dtype,
+            config.model.seed,
         )
         self.attn_layers = self.model.attention_layers()
         self.vocab_size = hf_config.vocab_size
@@ -81,8 +87,8 @@ class ModelRunner:
         n = min(self.config.scheduler.max_num_batched_tokens, self.max_model_len)
         nblk = -(-n // self.block_size) + 1
         self.init_kv_cache(nblk)
-        from strixlm.engine.request import Request, SamplingParams
         from strixlm.core.scheduler import NewRequestData
+        from strixlm.engine.request import Request, SamplingParams
 
         req = Request("__profile__", [0] * n, SamplingParams(max_tokens=1))
         sched = SchedulerOutput(
@@ -91,8 +97,12 @@ class ModelRunner:
         )
         self.execute(sched)
         # Logits of a full batch of sequences is the other large transient.
-        h = torch.zeros(self.config.scheduler.max_num_seqs, self.hf_config.hidden_size,
-                        device=self.device, dtype=self.dtype)
+        h = torch.zeros(
+            self.config.scheduler.max_num_seqs,
+            self.hf_config.hidden_size,
+            device=self.device,
+            dtype=self.dtype,
+        )
         self.model.compute_logits(h)
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated()
@@ -127,9 +137,7 @@ class ModelRunner:
             table.append_blocks(table.rows[cached.request_id], cached.new_block_ids)
 
     @torch.inference_mode()
-    def execute(
-        self, sched: SchedulerOutput
-    ) -> tuple[dict[str, int], dict[str, TokenLogprob]]:
+    def execute(self, sched: SchedulerOutput) -> tuple[dict[str, int], dict[str, TokenLogprob]]:
         self._update_states(sched)
         if sched.is_empty:
             return {}, {}
@@ -162,19 +170,27 @@ class ModelRunner:
                 if info.eos_token_id is not None and not sp.ignore_eos:
                     suppress.append(info.eos_token_id)
             penalized = (
-                sp.presence_penalty != 0 or sp.frequency_penalty != 0
+                sp.presence_penalty != 0
+                or sp.frequency_penalty != 0
                 or sp.repetition_penalty != 1.0
             )
-            recs.append(SamplingRow(
-                temperature=sp.temperature, top_k=sp.top_k, top_p=sp.top_p, min_p=sp.min_p,
-                seed=info.seed, position=n,
-                presence_penalty=sp.presence_penalty,
-                frequency_penalty=sp.frequency_penalty,
-                repetition_penalty=sp.repetition_penalty,
-                token_ids=table.token_ids[row, :n].tolist() if penalized else (),
-                prompt_len=info.prompt_len, suppress_token_ids=suppress,
-                num_logprobs=sp.logprobs,
-            ))
+            recs.append(
+                SamplingRow(
+                    temperature=sp.temperature,
+                    top_k=sp.top_k,
+                    top_p=sp.top_p,
+                    min_p=sp.min_p,
+                    seed=info.seed,
+                    position=n,
+                    presence_penalty=sp.presence_penalty,
+                    frequency_penalty=sp.frequency_penalty,
+                    repetition_penalty=sp.repetition_penalty,
+                    token_ids=table.token_ids[row, :n].tolist() if penalized else (),
+                    prompt_len=info.prompt_len,
+                    suppress_token_ids=suppress,
+                    num_logprobs=sp.logprobs,
+                )
+            )
         return SamplingMetadata.build(recs, self.device, self.vocab_size)
 
     def _post_update(

@@ -76,7 +76,9 @@ class RequestStateTable:
             if not ids:
                 continue
             start = self.num_blocks[g][row]
-            self.block_table[g, row, start : start + len(ids)] = torch.tensor(ids, dtype=torch.int32)
+            self.block_table[g, row, start : start + len(ids)] = torch.tensor(
+                ids, dtype=torch.int32
+            )
             self.num_blocks[g][row] = start + len(ids)
 
     def remove(self, request_id: str) -> None:

@@ -53,7 +53,11 @@ class TorchPagedAttention(AttentionBackend):
             kpos = torch.arange(seq_len, device=q.device).unsqueeze(0)
             mask = kpos <= qpos
             o = F.scaled_dot_product_attention(
-                qq, kk.to(q.dtype), vv.to(q.dtype), attn_mask=mask, scale=self.scale,
+                qq,
+                kk.to(q.dtype),
+                vv.to(q.dtype),
+                attn_mask=mask,
+                scale=self.scale,
                 enable_gqa=gqa,
             )
             out[start : start + qlen] = o[0].transpose(0, 1)
@@ -68,7 +72,11 @@ class TorchPagedAttention(AttentionBackend):
         qq = q[token_idx].unsqueeze(2)  # [B, Hq, 1, D]
         mask = torch.arange(max_len, device=q.device).unsqueeze(0) < seq_lens.unsqueeze(1)
         o = F.scaled_dot_product_attention(
-            qq, kk.to(q.dtype), vv.to(q.dtype), attn_mask=mask[:, None, None, :],
-            scale=self.scale, enable_gqa=gqa,
+            qq,
+            kk.to(q.dtype),
+            vv.to(q.dtype),
+            attn_mask=mask[:, None, None, :],
+            scale=self.scale,
+            enable_gqa=gqa,
         )
         out[token_idx] = o.squeeze(2)

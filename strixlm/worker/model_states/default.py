@@ -28,9 +28,7 @@ class DefaultModelState(ModelState):
             ),
             seq_lens=torch.tensor(batch.seq_lens, dtype=torch.int32).to(dev, non_blocking=True),
             block_table=block_table.to(dev, non_blocking=True),
-            slot_mapping=slot_mapping(table, 0, batch, self.block_size).to(
-                dev, non_blocking=True
-            ),
+            slot_mapping=slot_mapping(table, 0, batch, self.block_size).to(dev, non_blocking=True),
             query_start_loc_cpu=batch.query_start_loc_cpu,
             query_lens_cpu=batch.query_lens,
             seq_lens_cpu=batch.seq_lens,

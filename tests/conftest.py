@@ -1,0 +1,67 @@
+"""Shared fixtures: the embedded SmolLM2 model and tiny random Llama / Qwen3 folders.
+
+Tiny models carry SmolLM2's tokenizer so text prompts work; their weights come from
+transformers' own random init and transformers is the numerical reference.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+# One small cache for the whole session, so the GGUF converts once per CI run.
+os.environ.setdefault("STRIXLM_CACHE", str(Path.home() / ".cache" / "strixlm-test"))
+torch.set_num_threads(max(1, os.cpu_count() or 1))
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> str:
+    from strixlm.models.default_model import ensure_default_model
+
+    return str(ensure_default_model())
+
+
+def _save_tiny(kind: str, out: Path, tokenizer_src: str) -> str:
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, Qwen3Config
+    from transformers import Qwen3ForCausalLM
+
+    common = dict(
+        vocab_size=49152,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+    )
+    torch.manual_seed(1234)
+    if kind == "llama":
+        model = LlamaForCausalLM(LlamaConfig(tie_word_embeddings=False, **common))
+    else:
+        model = Qwen3ForCausalLM(
+            Qwen3Config(head_dim=32, rope_theta=1e6, tie_word_embeddings=True, **common)
+        )
+    # Larger-than-default weights make the logits spread, so greedy choices are not ties.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" not in name:
+                p.normal_(0, 0.2)
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(tokenizer_src).save_pretrained(out)
+    return str(out)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory, smollm2_dir) -> str:
+    return _save_tiny("llama", tmp_path_factory.mktemp("tiny-llama"), smollm2_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_dir(tmp_path_factory, smollm2_dir) -> str:
+    return _save_tiny("qwen3", tmp_path_factory.mktemp("tiny-qwen3"), smollm2_dir)

@@ -1,0 +1,121 @@
+"""strixlm against HF transformers: greedy tokens and logprobs, alone and batched, and the
+same tokens through the prefix cache, preemption and chunked prefill."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from strixlm.engine.request import SamplingParams
+from strixlm.entrypoints.llm import LLM
+
+PROMPTS = [
+    "Hi",
+    "The capital of France is",
+    "Write a haiku about the sea. The sea is",
+    "Once upon a time, in a land far away, there lived a king who had three daughters. "
+    "The youngest daughter was",
+    "def fibonacci(n):\n    ",
+    "List three colors: red, green,",
+    "In 1905, Albert Einstein published four papers that changed physics. The first one "
+    "explained the photoelectric effect, the second Brownian motion, the third special "
+    "relativity and the fourth mass-energy equivalence. Today, physicists consider",
+]
+MAX_TOKENS = 24
+# fp32 on CPU: our logprobs agree with HF's log_softmax to this absolute tolerance.
+LOGPROB_ATOL = 2e-3
+
+
+def hf_reference(folder: str, prompts: list[list[int]], max_tokens: int):
+    """Greedy continuation and per-step log-softmax from HF, one prompt at a time."""
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    out = []
+    for ids in prompts:
+        with torch.no_grad():
+            g = model.generate(
+                torch.tensor([ids]),
+                attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                max_new_tokens=max_tokens,
+                do_sample=False,
+                eos_token_id=None,
+                pad_token_id=0,
+                output_logits=True,
+                return_dict_in_generate=True,
+            )
+        toks = g.sequences[0, len(ids) :].tolist()
+        lps = [torch.log_softmax(step[0].float(), -1) for step in g.logits]
+        out.append((toks, lps))
+    return out
+
+
+def encode(folder: str) -> list[list[int]]:
+    tok = AutoTokenizer.from_pretrained(folder)
+    return [tok.encode(p) for p in PROMPTS]
+
+
+@pytest.fixture(scope="module", params=["smollm2", "tiny_llama", "tiny_qwen3"])
+def case(request):
+    folder = request.getfixturevalue(f"{request.param}_dir")
+    prompts = encode(folder)
+    return request.param, folder, prompts, hf_reference(folder, prompts, MAX_TOKENS)
+
+
+GREEDY = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True, logprobs=5)
+
+
+def check_against_hf(outs, refs, logprob_check: bool = True) -> None:
+    for i, (o, (ref_toks, ref_lps)) in enumerate(zip(outs, refs, strict=True)):
+        c = o.outputs[0]
+        assert c.token_ids == ref_toks, f"prompt {i}: greedy tokens differ from HF"
+        if not logprob_check:
+            continue
+        for step, lp in enumerate(c.logprobs):
+            ref = ref_lps[step]
+            assert abs(lp.logprob - ref[lp.token_id].item()) < LOGPROB_ATOL
+            for tid, val in lp.top:
+                assert abs(val - ref[tid].item()) < LOGPROB_ATOL, f"prompt {i} step {step}"
+            ref_top = torch.topk(ref, 5).indices.tolist()
+            assert [t for t, _ in lp.top][:1] == ref_top[:1]
+
+
+def test_greedy_alone_matches_hf(case):
+    name, folder, prompts, refs = case
+    llm = LLM(folder, device="cpu", dtype="float32", max_model_len=512)
+    outs = [llm.generate([p], GREEDY, use_tqdm=False)[0] for p in prompts]
+    check_against_hf(outs, refs)
+
+
+def test_greedy_batched_matches_hf(case):
+    name, folder, prompts, refs = case
+    llm = LLM(folder, device="cpu", dtype="float32", max_model_len=512)
+    outs = llm.generate(prompts, GREEDY, use_tqdm=False)
+    check_against_hf(outs, refs)
+
+
+def test_prefix_cache_hit_gives_same_tokens(case):
+    name, folder, prompts, refs = case
+    llm = LLM(folder, device="cpu", dtype="float32", max_model_len=512, block_size=4)
+    first = llm.generate(prompts, GREEDY, use_tqdm=False)
+    again = llm.generate(prompts, GREEDY, use_tqdm=False)
+    assert any(o.num_cached_tokens > 0 for o in again), "second pass found no cached prefix"
+    check_against_hf(first, refs)
+    check_against_hf(again, refs)
+
+
+def test_preemption_gives_same_tokens(case):
+    name, folder, prompts, refs = case
+    # 12 blocks of 4 tokens: far fewer than 7 prompts + outputs need, so requests preempt.
+    llm = LLM(folder, device="cpu", dtype="float32", max_model_len=512, block_size=4,
+              num_gpu_blocks_override=40, enable_prefix_caching=False)
+    outs = llm.generate(prompts, GREEDY, use_tqdm=False)
+    assert llm.engine.core.scheduler.num_preemptions > 0
+    check_against_hf(outs, refs)
+
+
+def test_chunked_prefill_small_budget_gives_same_tokens(case):
+    name, folder, prompts, refs = case
+    llm = LLM(folder, device="cpu", dtype="float32", max_model_len=512,
+              max_num_batched_tokens=8, block_size=4)
+    outs = llm.generate(prompts, GREEDY, use_tqdm=False)
+    check_against_hf(outs, refs)
