@@ -52,7 +52,7 @@ class CacheConfig:
     block_size: int = 16
     gpu_memory_utilization: float = 0.9
     # On CPU there is no device memory to measure: the KV cache gets this many bytes.
-    cpu_kv_cache_bytes: int = 1 << 30
+    cpu_kv_cache_bytes: int = 512 << 20
     num_gpu_blocks_override: int | None = None
     enable_prefix_caching: bool = True
 

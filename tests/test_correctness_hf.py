@@ -79,43 +79,69 @@ def check_against_hf(outs, refs, logprob_check: bool = True) -> None:
             assert [t for t, _ in lp.top][:1] == ref_top[:1]
 
 
-def test_greedy_alone_matches_hf(case):
+SMALL_KV = 64 << 20
+
+
+def test_greedy_alone_and_batched_match_hf(case):
+    """Each prompt alone, then all together, with no prefix cache to help."""
     name, folder, prompts, refs = case
-    llm = LLM(folder, device="cpu", dtype="float32", max_model_len=512)
-    outs = [llm.generate([p], GREEDY, use_tqdm=False)[0] for p in prompts]
-    check_against_hf(outs, refs)
+    llm = LLM(
+        folder,
+        device="cpu",
+        dtype="float32",
+        max_model_len=512,
+        enable_prefix_caching=False,
+        cpu_kv_cache_bytes=SMALL_KV,
+    )
+    alone = [llm.generate([p], GREEDY, use_tqdm=False)[0] for p in prompts]
+    check_against_hf(alone, refs)
+    batched = llm.generate(prompts, GREEDY, use_tqdm=False)
+    check_against_hf(batched, refs)
 
 
-def test_greedy_batched_matches_hf(case):
+def test_prefix_cache_preemption_and_chunked_prefill_keep_tokens(case):
+    """A tight engine: 4-token blocks, an 8-token step budget and a pool too small for the
+    batch. The first pass preempts; the second pass hits the prefix cache."""
     name, folder, prompts, refs = case
-    llm = LLM(folder, device="cpu", dtype="float32", max_model_len=512)
-    outs = llm.generate(prompts, GREEDY, use_tqdm=False)
-    check_against_hf(outs, refs)
-
-
-def test_prefix_cache_hit_gives_same_tokens(case):
-    name, folder, prompts, refs = case
-    llm = LLM(folder, device="cpu", dtype="float32", max_model_len=512, block_size=4)
+    llm = LLM(
+        folder,
+        device="cpu",
+        dtype="float32",
+        max_model_len=512,
+        block_size=4,
+        max_num_batched_tokens=8,
+        num_gpu_blocks_override=40,
+    )
     first = llm.generate(prompts, GREEDY, use_tqdm=False)
+    assert llm.engine.core.scheduler.num_preemptions > 0
+    check_against_hf(first, refs)
     again = llm.generate(prompts, GREEDY, use_tqdm=False)
     assert any(o.num_cached_tokens > 0 for o in again), "second pass found no cached prefix"
-    check_against_hf(first, refs)
     check_against_hf(again, refs)
 
 
-def test_preemption_gives_same_tokens(case):
-    name, folder, prompts, refs = case
-    # 12 blocks of 4 tokens: far fewer than 7 prompts + outputs need, so requests preempt.
-    llm = LLM(folder, device="cpu", dtype="float32", max_model_len=512, block_size=4,
-              num_gpu_blocks_override=40, enable_prefix_caching=False)
-    outs = llm.generate(prompts, GREEDY, use_tqdm=False)
-    assert llm.engine.core.scheduler.num_preemptions > 0
-    check_against_hf(outs, refs)
-
-
-def test_chunked_prefill_small_budget_gives_same_tokens(case):
-    name, folder, prompts, refs = case
-    llm = LLM(folder, device="cpu", dtype="float32", max_model_len=512,
-              max_num_batched_tokens=8, block_size=4)
-    outs = llm.generate(prompts, GREEDY, use_tqdm=False)
-    check_against_hf(outs, refs)
+@pytest.mark.parametrize("budget", [1, 3])
+def test_tiny_budgets_and_no_chunking(tiny_llama_dir, budget):
+    """Degenerate budgets: one token per step, and chunked prefill off (whole prompts)."""
+    prompts = encode(tiny_llama_dir)[:4]
+    refs = hf_reference(tiny_llama_dir, prompts, 8)
+    params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    llm = LLM(
+        tiny_llama_dir,
+        device="cpu",
+        dtype="float32",
+        max_model_len=512,
+        max_num_batched_tokens=budget,
+        cpu_kv_cache_bytes=SMALL_KV,
+    )
+    check_against_hf(llm.generate(prompts, params, use_tqdm=False), refs, logprob_check=False)
+    llm = LLM(
+        tiny_llama_dir,
+        device="cpu",
+        dtype="float32",
+        max_model_len=512,
+        max_num_batched_tokens=256,
+        enable_chunked_prefill=False,
+        cpu_kv_cache_bytes=SMALL_KV,
+    )
+    check_against_hf(llm.generate(prompts, params, use_tqdm=False), refs, logprob_check=False)

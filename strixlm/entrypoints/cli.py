@@ -51,7 +51,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--kv-cache-memory",
         type=_positive_int("--kv-cache-memory"),
-        default=1 << 30,
+        default=512 << 20,
         help="bytes of KV cache on CPU (GPU sizes it from --gpu-memory-utilization)",
     )
     p.add_argument(

@@ -37,7 +37,7 @@ class LLM:
         block_size: int = 16,
         enable_prefix_caching: bool = True,
         gpu_memory_utilization: float = 0.9,
-        cpu_kv_cache_bytes: int = 1 << 30,
+        cpu_kv_cache_bytes: int = 512 << 20,
         num_gpu_blocks_override: int | None = None,
         skip_tokenizer_init: bool = False,
     ) -> None:

@@ -1,0 +1,324 @@
+"""`strixlm bench throughput`: offline throughput on the standard workload, with an HF peer.
+
+    python -m strixlm.benchmarks.throughput --model qwen3-0.6b --load-format dummy --compare hf
+
+strixlm is timed through the offline LLM API (construction excluded, a few warm-up requests
+first); with --compare hf, HF transformers runs the same requests next (see hf_peer.py for its
+configuration) and the ratio of output tok/s is reported. Prints a table and writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import logging
+import os
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig
+
+from strixlm.benchmarks.workload import (
+    DEFAULT_INPUT_LEN_RANGE,
+    DEFAULT_NUM_PROMPTS,
+    DEFAULT_OUTPUT_LEN_RANGE,
+    RunResult,
+    Workload,
+    make_workload,
+    special_token_ids,
+    warmup_workload,
+)
+from strixlm.config import resolve_device, resolve_dtype
+
+logger = logging.getLogger(__name__)
+
+CONFIGS_DIR = Path(__file__).parent / "configs"
+SAMPLE = 4  # requests whose token ids go into the JSON and the greedy comparison
+HF_MODE_HELP = (
+    "HF peer: continuous batching (cb), padded model.generate, or auto (cb, falling back to "
+    "generate if cb fails). --hf-subset K: the peer runs the first K requests and the ratio "
+    "compares per-token rates"
+)
+
+
+def add_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    a = parser.add_argument
+    a(
+        "--model",
+        default=None,
+        help="model folder, .gguf, a bundled config name "
+        f"({', '.join(bundled_configs()) or 'none'}; implies --load-format dummy), "
+        "or omit for the embedded default model",
+    )
+    a("--load-format", default="auto", choices=["auto", "safetensors", "gguf", "dummy"])
+    a("--dtype", default="auto")
+    a("--device", default="auto")
+    a("--num-prompts", type=int, default=DEFAULT_NUM_PROMPTS)
+    lohi = ("LO", "HI")
+    a("--input-len-range", type=int, nargs=2, default=list(DEFAULT_INPUT_LEN_RANGE), metavar=lohi)
+    a("--output-len-range", type=int, nargs=2, default=list(DEFAULT_OUTPUT_LEN_RANGE), metavar=lohi)
+    a("--seed", type=int, default=0)
+    a("--max-num-seqs", type=int, default=256)
+    a("--max-num-batched-tokens", type=int, default=2048)
+    a("--gpu-memory-utilization", type=float, default=0.9)
+    a("--compare", choices=["hf"], default=None, help="also run this peer on the same requests")
+    a("--hf-mode", choices=["auto", "cb", "generate"], default="auto", help=HF_MODE_HELP)
+    a("--hf-max-batch-tokens", type=int, default=None, help="default: HF's own choice")
+    a("--hf-max-memory-percent", type=float, default=None, help="default: 0.9 on CUDA")
+    a("--hf-subset", type=int, default=None, metavar="K", help="run the peer on K requests only")
+    a("--output-json", default=None, metavar="PATH")
+    a("--no-tqdm", action="store_true", help="no progress bar")
+    return parser
+
+
+def bundled_configs() -> list[str]:
+    if not CONFIGS_DIR.is_dir():
+        return []
+    return sorted(p.parent.name for p in CONFIGS_DIR.glob("*/config.json"))
+
+
+def resolve_model(model: str | None, load_format: str) -> tuple[str, str]:
+    """(HF folder, load format) for --model."""
+    if model is not None and not os.path.exists(model) and model in bundled_configs():
+        if load_format not in ("auto", "dummy"):
+            raise ValueError(f"{model} is a config without weights: use --load-format dummy")
+        return str(CONFIGS_DIR / model), "dummy"
+    if model is not None and os.path.isdir(model):
+        return model, load_format
+    from strixlm.models.default_model import resolve_model_path
+
+    folder, _ = resolve_model_path(model)
+    return str(folder), load_format
+
+
+def run_strixlm(
+    args: argparse.Namespace, folder: str, load_format: str, workload: Workload, warmup: Workload
+) -> RunResult:
+    from strixlm.engine.request import SamplingParams
+    from strixlm.entrypoints.llm import LLM
+
+    llm = LLM(
+        folder,
+        load_format=load_format,
+        dtype=args.dtype,
+        device=args.device,
+        seed=args.seed,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        skip_tokenizer_init=True,
+    )
+
+    def params(w: Workload) -> list[SamplingParams]:
+        return [
+            SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in w.output_lens
+        ]
+
+    try:
+        llm.generate(warmup.prompts, params(warmup), use_tqdm=False)
+        sp = params(workload)
+        device = llm.engine.config.device
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        outs = llm.generate(workload.prompts, sp, use_tqdm=not args.no_tqdm)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - start
+    finally:
+        del llm
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    token_ids = [list(o.outputs[0].token_ids) for o in outs]
+    config = {
+        "max_num_seqs": args.max_num_seqs,
+        "max_num_batched_tokens": args.max_num_batched_tokens,
+        "gpu_memory_utilization": args.gpu_memory_utilization,
+        "api": "LLM.generate",
+    }
+    n_out = sum(len(t) for t in token_ids)
+    w = workload
+    return RunResult("strixlm", w.num_requests, w.input_tokens, n_out, elapsed, token_ids, config)
+
+
+def hardware(device: str) -> dict:
+    info: dict = {"device": device, "cpu_count": os.cpu_count(), "platform": platform.platform()}
+    info["torch_threads"] = torch.get_num_threads()
+    try:
+        with open("/proc/cpuinfo") as f:
+            info["cpu"] = next(
+                (ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")),
+                platform.processor(),
+            )
+    except OSError:
+        info["cpu"] = platform.processor()
+    if device.startswith("cuda"):
+        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+        info["gpu_count"] = torch.cuda.device_count()
+    return info
+
+
+def versions() -> dict:
+    import transformers
+
+    import strixlm
+
+    v = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "strixlm": getattr(strixlm, "__version__", None),
+    }
+    try:
+        import triton
+
+        v["triton"] = triton.__version__
+    except ImportError:
+        v["triton"] = None
+    try:  # read-only: the commit the benchmarked code came from
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(strixlm.__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        v["strixlm_git"] = head.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        v["strixlm_git"] = None
+    return v
+
+
+def format_table(result: dict) -> str:
+    rows = ["engine|requests|input tok|output tok|elapsed s|output tok/s|total tok/s".split("|")]
+    for key in ("strixlm", "hf"):
+        if (r := result.get(key)) is None:
+            continue
+        name = key if key == "strixlm" else f"hf ({r['config'].get('mode')})"
+        nums = [str(r[k]) for k in ("num_requests", "input_tokens", "output_tokens")]
+        rates = [f"{r['output_tok_s']:.1f}", f"{r['total_tok_s']:.1f}"]
+        rows.append([name, *nums, f"{r['elapsed_s']:.2f}", *rates])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(
+            [row[0].ljust(widths[0])]
+            + [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
+        )
+        for row in rows
+    ]
+    lines.insert(1, "-" * len(lines[0]))
+    w, hw = result["workload"], result["hardware"]
+    out = [
+        f"model {result['model']} ({result['load_format']}), {result['dtype']} on "
+        f"{hw.get('gpu') or hw['cpu']}; {w['num_requests']} requests, input "
+        f"{w['input_len_range']}, output {w['output_len_range']}, seed {w['seed']}",
+        *lines,
+    ]
+    if "ratio" in result:
+        ratio = "n/a" if result["ratio"] is None else f"{result['ratio']:.2f}x"
+        note = ""
+        if result["hf"]["num_requests"] != w["num_requests"]:
+            note = (
+                f" (HF ran the first {result['hf']['num_requests']} of {w['num_requests']} "
+                "requests: ratio of per-token rates)"
+            )
+        out.append(f"ratio strixlm/HF, output tok/s: {ratio}{note}")
+    if g := result.get("greedy_agreement"):
+        out.append(
+            f"greedy outputs identical on {g['identical']}/{g['requests']} sampled "
+            f"requests (first diff at {g['first_diff']})"
+        )
+    return "\n".join(out)
+
+
+def run(args: argparse.Namespace) -> dict:
+    folder, load_format = resolve_model(args.model, args.load_format)
+    device = resolve_device(args.device)
+    dtype = resolve_dtype(args.dtype, device)
+    hf_config = AutoConfig.from_pretrained(folder)
+    avoid = special_token_ids(folder, hf_config)
+    workload = make_workload(
+        args.num_prompts,
+        tuple(args.input_len_range),
+        tuple(args.output_len_range),
+        hf_config.vocab_size,
+        args.seed,
+        avoid,
+    )
+    limit = getattr(hf_config, "max_position_embeddings", None)
+    longest = args.input_len_range[1] + args.output_len_range[1]
+    if limit and longest > limit:
+        raise ValueError(f"input + output up to {longest} tokens exceeds the model's {limit}")
+    warm = warmup_workload(hf_config.vocab_size, avoid, args.seed)
+
+    result: dict = {
+        "benchmark": "throughput",
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "model": args.model or "(default)",
+        "model_folder": folder,
+        "architecture": (getattr(hf_config, "architectures", None) or ["?"])[0],
+        "load_format": load_format,
+        "dtype": str(dtype).removeprefix("torch."),
+        "hardware": hardware(device),
+        "versions": versions(),
+        "args": {k: v for k, v in vars(args).items() if not callable(v)},
+        "workload": workload.describe(),
+    }
+    ours = run_strixlm(args, folder, load_format, workload, warm)
+    result["strixlm"] = ours.to_dict(SAMPLE)
+    if bad := ours.check_lengths(workload.output_lens):
+        logger.warning("strixlm: %d requests did not produce their output length", len(bad))
+    if args.compare == "hf":
+        from strixlm.benchmarks.hf_peer import run_hf_peer
+
+        sub = workload.subset(args.hf_subset) if args.hf_subset else workload
+        mem = args.hf_max_memory_percent
+        if mem is None and device.startswith("cuda"):
+            mem = 0.9
+        peer = run_hf_peer(
+            folder,
+            load_format,
+            dtype,
+            device,
+            sub,
+            warm,
+            mode=args.hf_mode,
+            max_batch_tokens=args.hf_max_batch_tokens,
+            max_memory_percent=mem,
+        )
+        result["hf"] = peer.to_dict(SAMPLE)
+        if bad := peer.check_lengths(sub.output_lens):
+            logger.warning("hf: %d requests did not produce their output length", len(bad))
+        result["ratio"] = ours.output_tok_s / peer.output_tok_s if peer.output_tok_s else None
+        result["ratio_basis"] = (
+            "output tok/s, same requests"
+            if sub is workload
+            else f"output tok/s, HF on the first {sub.num_requests} requests"
+        )
+        if load_format != "dummy":
+            result["greedy_agreement"] = ours.agreement(peer, SAMPLE)
+    print(format_table(result))
+    if args.output_json:
+        Path(args.output_json).parent.mkdir(parents=True, exist_ok=True)
+        with open(args.output_json, "w") as f:
+            json.dump(result, f, indent=2, default=str)
+        print(f"wrote {args.output_json}")
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    return run(add_args(parser).parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()

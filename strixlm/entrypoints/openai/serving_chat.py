@@ -1,0 +1,242 @@
+"""/v1/chat/completions: chat template -> engine -> chat.completion (or SSE chunks)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from strixlm.engine.client import EngineDeadError
+from strixlm.engine.request import MAX_TOP_LOGPROBS, TokenLogprob
+from strixlm.entrypoints.openai.protocol import (
+    ChatChoiceLogprobs,
+    ChatCompletionChoice,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatCompletionStreamChoice,
+    ChatResponseMessage,
+    ChatTokenLogprob,
+    DeltaMessage,
+    PromptTokensDetails,
+    TopLogprob,
+    UsageInfo,
+)
+from strixlm.entrypoints.openai.serving import (
+    APIError,
+    OutputStream,
+    ServingBase,
+    TokenStrings,
+    parse_body,
+    server_error,
+    sse,
+    stream_error_event,
+    unless_disconnected,
+)
+
+logger = logging.getLogger(__name__)
+
+FIELDS = ChatCompletionRequest.model_fields
+
+
+def clamp_logprob(v: float) -> float:
+    # JSON has no -inf; vLLM sends -9999.0 for impossible tokens.
+    return -9999.0 if math.isnan(v) or v < -9999.0 else v
+
+
+def usage(n_prompt: int, n_completion: int, cached: int) -> UsageInfo:
+    return UsageInfo(
+        prompt_tokens=n_prompt,
+        completion_tokens=n_completion,
+        total_tokens=n_prompt + n_completion,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=cached),
+    )
+
+
+class ServingChat(ServingBase):
+    def __init__(self, client, metrics=None) -> None:
+        super().__init__(client, metrics)
+        self.tokens = TokenStrings(client.info.tokenizer)
+
+    async def create(self, raw: Request) -> Response:
+        req = await parse_body(raw, ChatCompletionRequest)
+        self.check_common(req)
+        if req.top_logprobs is not None:
+            if not req.logprobs:
+                raise APIError("top_logprobs requires logprobs to be true", param="top_logprobs")
+            if not 0 <= req.top_logprobs <= MAX_TOP_LOGPROBS:
+                raise APIError(
+                    f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {req.top_logprobs}",
+                    param="top_logprobs",
+                )
+        fmt = (req.response_format or {}).get("type", "text")
+        if fmt != "text":
+            raise APIError(f"response_format {fmt!r} is not supported", param="response_format")
+        prompt_ids, prompt_text = self.render(req)
+        max_tokens = (
+            req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        )
+        params = self.sampling_params(
+            req, max_tokens, (req.top_logprobs or 0) if req.logprobs else None
+        )
+        rid = f"chatcmpl-{uuid.uuid4().hex}"
+        logger.debug("%s: %d prompt tokens, %s", rid, len(prompt_ids), params)
+        stream = await self.start(prompt_ids, params, rid, prompt_text, FIELDS)
+        if req.stream:
+            return StreamingResponse(
+                self.stream(req, rid, stream, len(prompt_ids)), media_type="text/event-stream"
+            )
+        resp = await unless_disconnected(raw, self.full(req, rid, stream, len(prompt_ids)))
+        if resp is None:
+            return Response(status_code=499)  # nobody is listening
+        return JSONResponse(resp.model_dump())
+
+    def render(self, req: ChatCompletionRequest) -> tuple[list[int], str]:
+        tok = self.client.info.tokenizer
+        if tok is None:
+            raise APIError("this model was loaded without a tokenizer; chat is unavailable")
+        if req.continue_final_message and req.add_generation_prompt:
+            raise APIError(
+                "continue_final_message and add_generation_prompt cannot both be true",
+                param="continue_final_message",
+            )
+        messages = []
+        for i, m in enumerate(req.messages):
+            d = m.model_dump(exclude_none=True)
+            if isinstance(m.content, list):
+                texts = []
+                for part in m.content:
+                    if part.type != "text" or part.text is None:
+                        raise APIError(
+                            f"content part type {part.type!r} is not supported (text only)",
+                            param=f"messages.{i}.content",
+                        )
+                    texts.append(part.text)
+                d["content"] = "\n".join(texts)
+            messages.append(d)
+        kwargs = dict(req.chat_template_kwargs or {})
+        if req.tools:
+            kwargs["tools"] = req.tools
+        try:
+            text = tok.apply_chat_template(
+                messages,
+                tokenize=False,
+                add_generation_prompt=req.add_generation_prompt,
+                continue_final_message=req.continue_final_message,
+                **kwargs,
+            )
+        except Exception as e:  # template errors are the user's input (messages, kwargs)
+            raise APIError(f"could not apply the chat template: {e}", param="messages") from None
+        # The template already holds the special tokens (BOS etc.): do not add them again.
+        return tok.encode(text, add_special_tokens=False), text
+
+    def logprobs(self, lps: list[TokenLogprob], k: int) -> ChatChoiceLogprobs:
+        content = []
+        for lp in lps:
+            text, raw = self.tokens.get(lp.token_id)
+            top = []
+            for tid, v in lp.top[:k]:
+                t, b = self.tokens.get(tid)
+                top.append(TopLogprob(token=t, logprob=clamp_logprob(v), bytes=b))
+            content.append(
+                ChatTokenLogprob(
+                    token=text, logprob=clamp_logprob(lp.logprob), bytes=raw, top_logprobs=top
+                )
+            )
+        return ChatChoiceLogprobs(content=content)
+
+    async def full(
+        self, req: ChatCompletionRequest, rid: str, stream: OutputStream, n_prompt: int
+    ) -> ChatCompletionResponse:
+        n = req.n
+        texts: list[list[str]] = [[] for _ in range(n)]
+        lps: list[list[TokenLogprob]] = [[] for _ in range(n)]
+        counts = [0] * n
+        finish: list[str | None] = [None] * n
+        stop: list[int | str | None] = [None] * n
+        cached = 0
+        try:
+            async for ro in stream:
+                cached = ro.num_cached_tokens
+                for c in ro.outputs:
+                    texts[c.index].append(c.text)
+                    counts[c.index] += len(c.token_ids)
+                    lps[c.index].extend(c.logprobs or [])
+                    if c.finish_reason is not None:
+                        finish[c.index], stop[c.index] = c.finish_reason, c.stop_reason
+        except EngineDeadError as e:
+            raise server_error(str(e)) from None
+        finally:
+            self.done(rid, sum(f is None for f in finish))
+            await stream.close()
+        k = req.top_logprobs or 0
+        choices = [
+            ChatCompletionChoice(
+                index=i,
+                message=ChatResponseMessage(content="".join(texts[i])),
+                logprobs=self.logprobs(lps[i], k) if req.logprobs else None,
+                finish_reason=finish[i],
+                stop_reason=stop[i],
+            )
+            for i in range(n)
+        ]
+        return ChatCompletionResponse(
+            id=rid,
+            model=self.client.info.name,
+            choices=choices,
+            usage=usage(n_prompt, sum(counts), cached),
+        )
+
+    async def stream(
+        self, req: ChatCompletionRequest, rid: str, stream: OutputStream, n_prompt: int
+    ) -> AsyncIterator[str]:
+        created = int(time.time())
+        model = self.client.info.name
+        exclude = None if req.include_usage else {"usage"}
+        k = req.top_logprobs or 0
+        counts = [0] * req.n
+        finished = [False] * req.n
+        cached = 0
+
+        def chunk(i: int, delta: DeltaMessage, lp=None, reason=None, stop=None) -> str:
+            choice = ChatCompletionStreamChoice(
+                index=i, delta=delta, logprobs=lp, finish_reason=reason, stop_reason=stop
+            )
+            obj = ChatCompletionChunk(id=rid, created=created, model=model, choices=[choice])
+            return sse(obj, exclude)
+
+        try:
+            # OpenAI's first chunk of each choice carries the role and an empty content.
+            for i in range(req.n):
+                yield chunk(i, DeltaMessage(role="assistant", content=""))
+            async for ro in stream:
+                cached = ro.num_cached_tokens
+                for c in ro.outputs:
+                    counts[c.index] += len(c.token_ids)
+                    lp = self.logprobs(c.logprobs, k) if req.logprobs and c.logprobs else None
+                    if not c.text and c.finish_reason is None and lp is None:
+                        continue  # the detokenizer is holding text back (stop string prefix)
+                    finished[c.index] = c.finish_reason is not None
+                    delta = DeltaMessage(content=c.text or None)
+                    yield chunk(c.index, delta, lp, c.finish_reason, c.stop_reason)
+            if req.include_usage:
+                last = ChatCompletionChunk(
+                    id=rid,
+                    created=created,
+                    model=model,
+                    choices=[],
+                    usage=usage(n_prompt, sum(counts), cached),
+                )
+                yield sse(last)
+        except Exception as e:
+            yield stream_error_event(e)
+        finally:
+            # Runs on client disconnect too (cancellation): closing aborts the request.
+            self.done(rid, finished.count(False))
+            await stream.close()
+        yield "data: [DONE]\n\n"
