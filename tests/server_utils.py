@@ -1,0 +1,94 @@
+"""Start the real `strixlm serve` as a subprocess for end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of one sample in a Prometheus text exposition (0.0 if absent)."""
+    for m in re.finditer(rf"^{re.escape(name)}(?:\{{([^}}]*)\}})? (\S+)$", text, re.M):
+        have = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or ""))
+        if all(have.get(k) == v for k, v in labels.items()):
+            return float(m.group(2))
+    return 0.0
+
+
+class RemoteServer:
+    def __init__(self, model: str | None, *args: str, timeout: float = 300.0) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [sys.executable, "-m", "strixlm.entrypoints.cli", "serve"]
+        cmd += ([model] if model else []) + ["--port", str(self.port), *args]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="strixlm-serve-", suffix=".log")
+        # Own session: teardown can kill the whole group (engine process included).
+        self.proc = subprocess.Popen(
+            cmd, cwd=REPO, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.output()}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                self.close()
+                raise RuntimeError(f"server did not become healthy:\n{self.output()}")
+            time.sleep(0.5)
+
+    def output(self) -> str:
+        self.log.flush()
+        return Path(self.log.name).read_text()[-5000:]
+
+    def engine_pid(self) -> int | None:
+        """The engine core process (a spawn child of the server)."""
+        path = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+        for pid in path.read_text().split():
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"spawn_main" in cmdline:
+                return int(pid)
+        return None
+
+    def metrics(self) -> str:
+        return httpx.get(self.url + "/metrics", timeout=10).text
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # whatever is left of the group
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        self.log.close()

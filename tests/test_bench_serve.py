@@ -1,0 +1,82 @@
+"""`strixlm bench serve` against a real server, and the server's clean SIGTERM shutdown."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+
+import pytest
+from server_utils import RemoteServer
+
+from strixlm.benchmarks import serve as bench_serve
+
+API_KEY = "sk-bench"
+
+
+@pytest.fixture(scope="module")
+def server(tiny_llama_dir):
+    srv = RemoteServer(
+        tiny_llama_dir, "--max-model-len", "256", "--kv-cache-memory", str(32 << 20),
+        "--api-key", API_KEY,
+    )  # fmt: skip
+    yield srv
+    srv.close()
+
+
+def _args(server, tmp_path, *extra: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    bench_serve.add_args(p)
+    return p.parse_args(
+        [
+            "--base-url", server.url, "--api-key", API_KEY, "--num-prompts", "4",
+            "--random-input-len", "12", "--random-output-len", "5",
+            "--output-json", str(tmp_path / "bench.json"), *extra,
+        ]
+    )  # fmt: skip
+
+
+def test_bench_serve_burst(server, tmp_path, capsys):
+    result = bench_serve.run(_args(server, tmp_path, "--max-concurrency", "2"))
+    saved = json.loads((tmp_path / "bench.json").read_text())
+    assert saved["successful_requests"] == result["successful_requests"] == 4
+    assert saved["failed_requests"] == 0
+    assert saved["total_input_tokens"] == 4 * 12
+    assert saved["total_output_tokens"] == 4 * 5
+    for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"):
+        assert set(saved[key]) == {"mean", "median", "p90", "p99"}
+        assert 0 < saved[key]["median"] <= saved[key]["p99"]
+    assert saved["ttft_ms"]["mean"] < saved["e2el_ms"]["mean"]
+    assert saved["request_throughput"] > 0 and saved["output_throughput"] > 0
+    assert saved["config"]["model"] == os.path.basename(server_model_dir(server))
+    out = capsys.readouterr().out
+    assert "Serving Benchmark Result" in out and "Median TTFT (ms)" in out
+
+
+def test_bench_serve_poisson_chat(server, tmp_path):
+    result = bench_serve.run(
+        _args(server, tmp_path, "--request-rate", "20", "--endpoint", "/v1/chat/completions")
+    )
+    assert result["successful_requests"] == 4 and result["total_output_tokens"] == 20
+
+
+def test_sigterm_stops_server_and_engine(server):
+    engine = server.engine_pid()
+    assert engine is not None
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(timeout=30) == 0, server.output()
+    assert "Application shutdown complete" in server.output()
+    assert not os.path.exists(f"/proc/{engine}") or _is_zombie(engine)
+
+
+def server_model_dir(server) -> str:
+    import httpx
+
+    r = httpx.get(server.url + "/v1/models", headers={"Authorization": f"Bearer {API_KEY}"})
+    return r.json()["data"][0]["root"]
+
+
+def _is_zombie(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "Z"
