@@ -25,8 +25,13 @@ def smollm2_dir() -> str:
 
 
 def _save_tiny(kind: str, out: Path, tokenizer_src: str) -> str:
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, Qwen3Config
-    from transformers import Qwen3ForCausalLM
+    from transformers import (
+        AutoTokenizer,
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
 
     common = dict(
         vocab_size=49152,

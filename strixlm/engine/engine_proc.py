@@ -7,11 +7,17 @@ Messages out: ("ready", num_blocks) | ("error", text) | ("outputs", [EngineCoreO
 from __future__ import annotations
 
 import logging
+import multiprocessing as mp
 import queue
 import traceback
 
 from strixlm.config import EngineConfig
 from strixlm.engine.model_info import ModelInfo
+
+
+def _parent_alive() -> bool:
+    parent = mp.parent_process()
+    return parent is None or parent.is_alive()
 
 
 def run_engine_core(config: EngineConfig, info: ModelInfo, in_q, out_q, log_level: int) -> None:
@@ -30,7 +36,14 @@ def run_engine_core(config: EngineConfig, info: ModelInfo, in_q, out_q, log_leve
         handled = False
         try:
             while True:
-                kind, payload = in_q.get(block=block, timeout=None)
+                # Idle waits wake every second to notice an API process that died
+                # without saying goodbye (e.g. SIGKILL): the engine must not outlive it.
+                try:
+                    kind, payload = in_q.get(block=block, timeout=1.0 if block else None)
+                except queue.Empty:
+                    if block and not _parent_alive():
+                        return
+                    raise
                 block = False
                 handled = True
                 if kind == "shutdown":

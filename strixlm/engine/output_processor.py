@@ -136,7 +136,10 @@ class OutputProcessor:
             s.cumulative_logprob += sum(lp.logprob for lp in out.new_logprobs)
         stopped_here = False
         if s.detok is not None:
-            stop = s.detok.update(out.new_token_ids, finished=out.finished)
+            ids = out.new_token_ids
+            if isinstance(out.stop_reason, int) and not s.detok.include_stop_str_in_output:
+                ids = ids[:-1]  # a stop token id ends the text without appearing in it
+            stop = s.detok.update(ids, finished=out.finished)
             if stop is not None:
                 s.finish_reason, s.stop_reason = "stop", stop
                 stopped_here = not out.finished

@@ -26,12 +26,15 @@ For a fixed seed, ``absorb`` is a bijection in the position, so two positions of
 sequence never share a row key. Hashing the token id before the xor (rather than adding
 ``v * const``) keeps two rows from ever being shifted copies of one another.
 
-In torch the 32-bit lanes live in int64 tensors and every product is split so that it stays
-below 2**49: nothing relies on int64 overflow. In Triton, cast to ``tl.uint32`` and use plain
+In torch the 32-bit lanes live in int64 tensors; a product of two 32-bit values may pass
+2**63 and wrap, which torch does (two's complement) on CPU and CUDA alike, and the low 32
+bits kept by the mask are exact either way. In Triton, cast to ``tl.uint32`` and use plain
 ``*`` / ``+`` (which wrap mod 2**32) and ``>>`` (logical on unsigned): the bits match.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 
@@ -47,10 +50,8 @@ _CHUNK_ELEMS = 1 << 24
 
 
 def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
-    """(x * c) mod 2**32 for x in [0, 2**32), without any int64 overflow."""
-    lo, hi = c & 0xFFFF, c >> 16
-    # x * lo < 2**48; ((x * hi) mod 2**16) << 16 < 2**32.
-    return (x * lo + (((x * hi) & 0xFFFF) << 16)) & MASK32
+    """(x * c) mod 2**32 for x in [0, 2**32): the wrapped int64 product keeps the low bits."""
+    return (x * c) & MASK32
 
 
 def fmix32(x: torch.Tensor) -> torch.Tensor:
@@ -78,8 +79,9 @@ def row_keys(seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     return _absorb(k, (positions >> 32) & MASK32)
 
 
+@functools.lru_cache(maxsize=8)
 def vocab_keys(vocab_size: int, device: torch.device | str) -> torch.Tensor:
-    """[V] int64 per-token-id keys a[v]."""
+    """[V] int64 per-token-id keys a[v]; the same every step, so computed once."""
     v = torch.arange(vocab_size, dtype=torch.int64, device=device)
     return fmix32((v + VOCAB_C) & MASK32)
 

@@ -1,0 +1,51 @@
+"""The CLI names the bad flag and exits 2 instead of crashing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "strixlm.entrypoints.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["serve", "--max-num-seqs", "0"], "--max-num-seqs"),
+        (["serve", "--block-size", "12"], "--block-size"),
+        (["serve", "--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization"),
+        (["serve", "--max-num-batched-tokens", "lots"], "--max-num-batched-tokens"),
+        (["serve", "--dtype", "int3"], "--dtype"),
+    ],
+)
+def test_bad_flags_name_the_flag(args, flag):
+    r = run_cli(*args)
+    assert r.returncode == 2
+    assert flag in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_generate_runs_offline(tiny_llama_dir):
+    r = run_cli(
+        "generate",
+        tiny_llama_dir,
+        "--device",
+        "cpu",
+        "--prompt",
+        "Hello",
+        "--max-tokens",
+        "5",
+        "--kv-cache-memory",
+        str(32 << 20),
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip()
