@@ -1,29 +1,51 @@
 """Per-step model inputs gathered from the RequestStateTable, in scheduled order.
 
-This is the torch reference of the gather; on CUDA the next step moves it into Triton
-kernels over device-resident tables.
+The host sends two small arrays (the rows scheduled and their query start offsets, padded
+for CUDA graphs); kernels/input_prep.py builds token ids, positions, slot mappings and
+sequence lengths on the device into persistent buffers that CUDA graphs replay from.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
+from strixlm.kernels.input_prep import prepare_inputs
 from strixlm.worker.states import RequestStateTable
+
+
+class InputBuffers:
+    """Persistent device buffers, sized for the largest step."""
+
+    def __init__(self, max_tokens: int, max_reqs: int, device: str) -> None:
+        self.input_ids = torch.zeros(max_tokens, dtype=torch.int32, device=device)
+        self.positions = torch.zeros(max_tokens, dtype=torch.int64, device=device)
+        self.slot_mapping = torch.zeros(max_tokens, dtype=torch.int64, device=device)
+        self.seq_lens = torch.zeros(max_reqs, dtype=torch.int32, device=device)
+        self.query_start_loc = torch.zeros(max_reqs + 1, dtype=torch.int32, device=device)
+        self.rows = torch.zeros(max_reqs, dtype=torch.int32, device=device)
+        self.device = device
+        self.pin = device.startswith("cuda")
 
 
 @dataclass
 class InputBatch:
     request_ids: list[str]
-    rows: list[int]
+    rows: list[int]  # real rows, scheduled order
     query_lens: list[int]
     seq_lens: list[int]  # context length after this step
-    input_ids: torch.Tensor  # [T] on device
-    positions: torch.Tensor  # [T] on device
-    positions_cpu: torch.Tensor  # [T] host
     query_start_loc_cpu: list[int]
-    rows_t: torch.Tensor  # [B] int64 host
+    num_reqs_padded: int
+    num_tokens_padded: int
+    # Device views of the persistent buffers, padded sizes.
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    slot_mapping: torch.Tensor
+    seq_lens_dev: torch.Tensor
+    query_start_loc: torch.Tensor
+    rows_dev: torch.Tensor
     # Rows whose last scheduled token is the last known token: they sample this step.
     sample_mask: list[bool]
 
@@ -32,51 +54,73 @@ class InputBatch:
         return self.query_start_loc_cpu[-1]
 
     @property
+    def num_reqs(self) -> int:
+        return len(self.rows)
+
+    @property
     def logits_indices(self) -> list[int]:
         return [self.query_start_loc_cpu[i + 1] - 1 for i, s in enumerate(self.sample_mask) if s]
 
 
 def gather_inputs(
     table: RequestStateTable,
+    bufs: InputBuffers,
     request_ids: list[str],
     num_scheduled: list[int],
-    device: str,
+    block_size: int,
+    num_reqs_padded: int | None = None,
 ) -> InputBatch:
+    """num_reqs_padded > len(request_ids) adds one-token rows on the dummy row (graphs)."""
     rows = [table.rows[r] for r in request_ids]
-    rows_t = torch.tensor(rows, dtype=torch.int64)
-    counts = torch.tensor(num_scheduled, dtype=torch.int64)
-    start = table.num_computed[rows_t]
-    qsl = [0]
-    for n in num_scheduled:
-        qsl.append(qsl[-1] + n)
-    total = qsl[-1]
-    # Position of each token: its row's first new position plus its offset in the row.
-    row_of_tok = torch.repeat_interleave(torch.arange(len(rows)), counts)
-    offs = torch.arange(total) - torch.tensor(qsl[:-1], dtype=torch.int64)[row_of_tok]
-    positions = start[row_of_tok] + offs
-    input_ids = table.token_ids[rows_t[row_of_tok], positions]
-    seq_lens = (start + counts).tolist()
-    num_tokens = table.num_tokens[rows_t].tolist()
+    n = len(rows)
+    b_pad = num_reqs_padded or n
+    pad = b_pad - n
+    qsl = np.zeros(b_pad + 1, dtype=np.int64)
+    np.cumsum(num_scheduled + [1] * pad, out=qsl[1:])
+    rows_padded = rows + [table.dummy_row] * pad
+    # One host->device copy for both arrays.
+    host = torch.from_numpy(np.concatenate([np.asarray(rows_padded, np.int64), qsl]))
+    host = host.to(torch.int32)
+    if bufs.pin:
+        host = host.pin_memory()
+    dev = host.to(bufs.device, non_blocking=True)
+    bufs.rows[:b_pad].copy_(dev[:b_pad])
+    bufs.query_start_loc[: b_pad + 1].copy_(dev[b_pad:])
+    t_pad = int(qsl[-1])
+    rows_dev = bufs.rows[:b_pad]
+    prepare_inputs(
+        table.token_ids,
+        table.num_computed,
+        table.block_table[0],
+        rows_dev,
+        bufs.query_start_loc[: b_pad + 1],
+        block_size,
+        bufs.input_ids[:t_pad],
+        bufs.positions[:t_pad],
+        bufs.slot_mapping[:t_pad],
+        bufs.seq_lens[:b_pad],
+        max_query_len=max(num_scheduled),
+    )
+    # Advance the device and host views of progress by what this step computes.
+    counts_dev = bufs.query_start_loc[1 : n + 1] - bufs.query_start_loc[:n]
+    table.num_computed.index_add_(0, rows_dev[:n].long(), counts_dev)
+    start = table.num_computed_cpu[rows]
+    seq_lens = (start + np.asarray(num_scheduled)).tolist()
+    table.num_computed_cpu[rows] = seq_lens
+    num_tokens = table.num_tokens_cpu[rows].tolist()
     return InputBatch(
         request_ids=request_ids,
         rows=rows,
         query_lens=list(num_scheduled),
         seq_lens=seq_lens,
-        input_ids=input_ids.to(device, non_blocking=True),
-        positions=positions.to(device, non_blocking=True),
-        positions_cpu=positions,
-        query_start_loc_cpu=qsl,
-        rows_t=rows_t,
-        sample_mask=[s >= n for s, n in zip(seq_lens, num_tokens, strict=True)],
+        query_start_loc_cpu=qsl[: n + 1].tolist(),
+        num_reqs_padded=b_pad,
+        num_tokens_padded=t_pad,
+        input_ids=bufs.input_ids[:t_pad],
+        positions=bufs.positions[:t_pad],
+        slot_mapping=bufs.slot_mapping[:t_pad],
+        seq_lens_dev=bufs.seq_lens[:b_pad],
+        query_start_loc=bufs.query_start_loc[: b_pad + 1],
+        rows_dev=rows_dev,
+        sample_mask=[s >= t for s, t in zip(seq_lens, num_tokens, strict=True)],
     )
-
-
-def slot_mapping(
-    table: RequestStateTable, group: int, batch: InputBatch, block_size: int
-) -> torch.Tensor:
-    """Cache slot of each new token: block_table[row, pos // bs] * bs + pos % bs (host)."""
-    counts = torch.tensor(batch.query_lens, dtype=torch.int64)
-    rows_tok = torch.repeat_interleave(batch.rows_t, counts)
-    pos = batch.positions_cpu
-    blocks = table.block_table[group][rows_tok, pos // block_size].long()
-    return blocks * block_size + pos % block_size

@@ -21,7 +21,7 @@ from strixlm.layers.attention.torch_paged import TorchPagedAttention
 from strixlm.models.loader import load_model
 from strixlm.sample.metadata import SamplingMetadata, SamplingRow
 from strixlm.sample.sampler import Sampler, SamplerOutput
-from strixlm.worker.input_batch import gather_inputs
+from strixlm.worker.input_batch import InputBuffers, gather_inputs
 from strixlm.worker.model_states.default import DefaultModelState
 from strixlm.worker.states import RequestStateTable
 
@@ -121,20 +121,26 @@ class ModelRunner:
             t = torch.zeros(shape, dtype=self.dtype, device=self.device)
             layer.kv_cache = t
             self.kv_caches.append(t)
+        sc = self.config.scheduler
         max_blocks = -(-self.max_model_len // self.block_size)
         self.table = RequestStateTable(
-            self.config.scheduler.max_num_seqs + 1, self.max_model_len, max_blocks, 1
+            sc.max_num_seqs, self.max_model_len, max_blocks, 1, self.device
         )
+        max_tokens = max(sc.max_num_batched_tokens, sc.max_num_seqs)
+        self.buffers = InputBuffers(max_tokens, sc.max_num_seqs, self.device)
 
     # ---- one step ----------------------------------------------------------------------
-    def _update_states(self, sched: SchedulerOutput) -> None:
+    def _update_states(self, sched: SchedulerOutput) -> list[int]:
         table = self.table
         for rid in sched.finished_req_ids:
             table.remove(rid)
-        for new in sched.new_reqs:
-            table.add(new.request, new.block_ids, new.num_computed_tokens)
+        new_rows = [
+            table.add(new.request, new.block_ids, new.num_computed_tokens) for new in sched.new_reqs
+        ]
         for cached in sched.cached_reqs:
             table.append_blocks(table.rows[cached.request_id], cached.new_block_ids)
+        table.flush(new_rows)
+        return new_rows
 
     @torch.inference_mode()
     def execute(self, sched: SchedulerOutput) -> tuple[dict[str, int], dict[str, TokenLogprob]]:
@@ -143,55 +149,61 @@ class ModelRunner:
             return {}, {}
         rids = list(sched.num_scheduled_tokens)
         counts = [sched.num_scheduled_tokens[r] for r in rids]
-        batch = gather_inputs(self.table, rids, counts, self.device)
+        batch = gather_inputs(self.table, self.buffers, rids, counts, self.block_size)
         md = self.model_state.prepare(self.table, batch)
         hidden = self.model(batch.input_ids, batch.positions, md)
-        # The runner's own view of progress: computed tokens advance by what ran.
-        self.table.num_computed[batch.rows_t] += torch.tensor(counts, dtype=torch.int64)
         idx = batch.logits_indices
         if not idx:
             return {}, {}
-        logits = self.model.compute_logits(hidden[torch.tensor(idx, device=self.device)])
         sample_rows = [r for r, s in zip(batch.rows, batch.sample_mask, strict=True) if s]
-        out = self.sampler(logits, self._sampling_metadata(sample_rows))
+        if len(idx) == batch.num_reqs:
+            rows_dev = batch.rows_dev[: batch.num_reqs]
+            idx_dev = batch.query_start_loc[1 : batch.num_reqs + 1] - 1
+        else:
+            rows_dev = self._to_device(sample_rows)
+            idx_dev = self._to_device(idx)
+        logits = self.model.compute_logits(hidden[idx_dev.long()])
+        out = self.sampler(logits, self._sampling_metadata(sample_rows, rows_dev))
+        self.table.append_sampled(sample_rows, rows_dev, out.sampled_token_ids)
         return self._post_update(sample_rows, out)
 
-    def _sampling_metadata(self, rows: list[int]) -> SamplingMetadata:
+    def _to_device(self, values: list[int]) -> torch.Tensor:
+        t = torch.tensor(values, dtype=torch.int32)
+        if self.device.startswith("cuda"):
+            t = t.pin_memory()
+        return t.to(self.device, non_blocking=True)
+
+    def _sampling_metadata(self, rows: list[int], rows_dev: torch.Tensor) -> SamplingMetadata:
         table = self.table
         recs = []
         for row in rows:
             info = table.info[row]
             sp = info.params
-            n = int(table.num_tokens[row])
-            num_out = n - info.prompt_len
+            n = int(table.num_tokens_cpu[row])
             suppress: list[int] = []
-            if num_out < sp.min_tokens:
+            if n - info.prompt_len < sp.min_tokens:
                 suppress = list(sp.stop_token_ids)
                 if info.eos_token_id is not None and not sp.ignore_eos:
                     suppress.append(info.eos_token_id)
-            penalized = (
-                sp.presence_penalty != 0
-                or sp.frequency_penalty != 0
-                or sp.repetition_penalty != 1.0
-            )
             recs.append(
                 SamplingRow(
-                    temperature=sp.temperature,
-                    top_k=sp.top_k,
-                    top_p=sp.top_p,
-                    min_p=sp.min_p,
-                    seed=info.seed,
-                    position=n,
+                    temperature=sp.temperature, top_k=sp.top_k, top_p=sp.top_p, min_p=sp.min_p,
+                    seed=info.seed, position=n,
                     presence_penalty=sp.presence_penalty,
                     frequency_penalty=sp.frequency_penalty,
                     repetition_penalty=sp.repetition_penalty,
-                    token_ids=table.token_ids[row, :n].tolist() if penalized else (),
-                    prompt_len=info.prompt_len,
-                    suppress_token_ids=suppress,
+                    prompt_len=info.prompt_len, suppress_token_ids=suppress,
                     num_logprobs=sp.logprobs,
                 )
-            )
-        return SamplingMetadata.build(recs, self.device, self.vocab_size)
+            )  # fmt: skip
+        md = SamplingMetadata.build(recs, self.device, self.vocab_size)
+        if not md.no_penalties:
+            # The token history is already on the device: gather it rather than send it.
+            lens = table.num_tokens_cpu[rows]
+            md.token_ids = table.token_ids[rows_dev.long(), : int(lens.max())].long()
+            md.seq_lens = self._to_device(lens.tolist()).long()
+            md.prompt_lens = self._to_device([table.info[r].prompt_len for r in rows]).long()
+        return md
 
     def _post_update(
         self, rows: list[int], out: SamplerOutput
@@ -208,11 +220,9 @@ class ModelRunner:
             top_lp = lp.top_logprobs.tolist()
         for i, (row, tok) in enumerate(zip(rows, tokens, strict=True)):
             info = table.info[row]
-            table.append_token(row, tok)
             sampled[info.request_id] = tok
             k = info.params.logprobs
             if k is not None and lp is not None:
-                logprobs[info.request_id] = TokenLogprob(
-                    tok, s_lp[i], s_rank[i], list(zip(top_ids[i][:k], top_lp[i][:k], strict=True))
-                )
+                top = list(zip(top_ids[i][:k], top_lp[i][:k], strict=True))
+                logprobs[info.request_id] = TokenLogprob(tok, s_lp[i], s_rank[i], top)
         return sampled, logprobs

@@ -1,14 +1,18 @@
-"""RequestStateTable: each live request owns a stable row in fixed-size tables.
+"""RequestStateTable: each live request owns a stable row in fixed-size device tables.
 
-Persistent state is not the model input: rows hold token ids, lengths, block tables and
-sampling parameters for as long as a request lives; each step gathers the rows it schedules
-into fresh input tensors (input_batch.py).
+Persistent state is not the model input: rows hold token ids, computed counts and block
+tables on the device for as long as a request lives; each step gathers the rows it schedules
+into fresh input buffers (input_batch.py). The host keeps mirrors of the counts (it knows them
+anyway from the scheduler) so it never reads a device value back to plan a step.
+
+The last row is a dummy that is never assigned: CUDA-graph padding points at it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from strixlm.engine.request import Request, SamplingParams
@@ -16,7 +20,7 @@ from strixlm.engine.request import Request, SamplingParams
 
 @dataclass
 class RowInfo:
-    """Per-row values the step needs on the host (small, never read back from a device)."""
+    """Per-row values the step needs on the host."""
 
     request_id: str
     params: SamplingParams
@@ -32,23 +36,39 @@ class RequestStateTable:
         max_model_len: int,
         max_blocks_per_req: int,
         num_groups: int,
+        device: str,
     ) -> None:
         self.max_num_reqs = max_num_reqs
         self.max_model_len = max_model_len
-        # Host tables; the step gathers from them and copies the gathered inputs once.
-        self.token_ids = torch.zeros(max_num_reqs, max_model_len, dtype=torch.int64)
-        self.num_tokens = torch.zeros(max_num_reqs, dtype=torch.int64)
-        self.num_computed = torch.zeros(max_num_reqs, dtype=torch.int64)
+        self.device = device
+        self.pin = device.startswith("cuda")
+        n = max_num_reqs + 1  # + the dummy row
+        self.dummy_row = max_num_reqs
+        # +1 column: a request at max_model_len still gets its last sampled token stored.
+        self.token_ids = torch.zeros(n, max_model_len + 1, dtype=torch.int32, device=device)
+        self.num_computed = torch.zeros(n, dtype=torch.int32, device=device)
+        self.num_tokens = torch.zeros(n, dtype=torch.int32, device=device)
         self.block_table = torch.zeros(
-            num_groups, max_num_reqs, max_blocks_per_req, dtype=torch.int32
+            num_groups, n, max_blocks_per_req, dtype=torch.int32, device=device
         )
-        self.num_blocks = [[0] * max_num_reqs for _ in range(num_groups)]
+        # Host mirrors.
+        self.num_computed_cpu = np.zeros(n, dtype=np.int64)
+        self.num_tokens_cpu = np.zeros(n, dtype=np.int64)
+        self.num_blocks = np.zeros((num_groups, n), dtype=np.int64)
         self.rows: dict[str, int] = {}
-        self.info: list[RowInfo | None] = [None] * max_num_reqs
+        self.info: list[RowInfo | None] = [None] * n
         self._free_rows = list(range(max_num_reqs - 1, -1, -1))
+        # Block-table writes batched into one copy per step: (group, row, col, block id).
+        self._pending_blocks: list[tuple[int, int, int, int]] = []
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def _to_device(self, values: list[int] | np.ndarray, dtype=torch.int32) -> torch.Tensor:
+        t = torch.as_tensor(np.asarray(values), dtype=dtype)
+        if self.pin:
+            t = t.pin_memory()
+        return t.to(self.device, non_blocking=True)
 
     def add(self, request: Request, block_ids: list[list[int]], num_computed: int) -> int:
         if request.request_id in self.rows:
@@ -56,11 +76,10 @@ class RequestStateTable:
         row = self._free_rows.pop()
         self.rows[request.request_id] = row
         toks = request.all_token_ids
-        self.token_ids[row, : len(toks)] = torch.tensor(toks, dtype=torch.int64)
-        self.num_tokens[row] = len(toks)
-        self.num_computed[row] = num_computed
-        for g in range(len(block_ids)):
-            self.num_blocks[g][row] = 0
+        self.token_ids[row, : len(toks)].copy_(self._to_device(toks), non_blocking=True)
+        self.num_tokens_cpu[row] = len(toks)
+        self.num_computed_cpu[row] = num_computed
+        self.num_blocks[:, row] = 0
         self.append_blocks(row, block_ids)
         self.info[row] = RowInfo(
             request.request_id,
@@ -73,13 +92,22 @@ class RequestStateTable:
 
     def append_blocks(self, row: int, block_ids: list[list[int]]) -> None:
         for g, ids in enumerate(block_ids):
-            if not ids:
-                continue
-            start = self.num_blocks[g][row]
-            self.block_table[g, row, start : start + len(ids)] = torch.tensor(
-                ids, dtype=torch.int32
-            )
-            self.num_blocks[g][row] = start + len(ids)
+            start = int(self.num_blocks[g, row])
+            self._pending_blocks.extend((g, row, start + i, b) for i, b in enumerate(ids))
+            self.num_blocks[g, row] = start + len(ids)
+
+    def flush(self, new_rows: list[int]) -> None:
+        """Send this step's deltas: counts of new rows and new block-table entries."""
+        if new_rows:
+            idx = self._to_device(new_rows, torch.int64)
+            vals = np.stack([self.num_computed_cpu[new_rows], self.num_tokens_cpu[new_rows]])
+            v = self._to_device(vals)
+            self.num_computed.index_copy_(0, idx, v[0])
+            self.num_tokens.index_copy_(0, idx, v[1])
+        if self._pending_blocks:
+            p = self._to_device(np.array(self._pending_blocks, dtype=np.int64).T, torch.int64)
+            self.block_table.index_put_((p[0], p[1], p[2]), p[3].to(torch.int32))
+            self._pending_blocks.clear()
 
     def remove(self, request_id: str) -> None:
         row = self.rows.pop(request_id, None)
@@ -88,7 +116,9 @@ class RequestStateTable:
         self.info[row] = None
         self._free_rows.append(row)
 
-    def append_token(self, row: int, token_id: int) -> None:
-        n = int(self.num_tokens[row])
-        self.token_ids[row, n] = token_id
-        self.num_tokens[row] = n + 1
+    def append_sampled(self, rows: list[int], rows_dev: torch.Tensor, sampled: torch.Tensor):
+        """Store sampled tokens on the device, where the next step's gather reads them."""
+        pos = self.num_tokens[rows_dev].long()
+        self.token_ids[rows_dev.long(), pos] = sampled.to(torch.int32)
+        self.num_tokens[rows_dev.long()] += 1
+        self.num_tokens_cpu[rows] += 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from strixlm.layers.attention.metadata import AttentionMetadata
-from strixlm.worker.input_batch import InputBatch, slot_mapping
+from strixlm.worker.input_batch import InputBatch
 from strixlm.worker.model_states.base import ModelState
 from strixlm.worker.states import RequestStateTable
 
@@ -15,27 +15,42 @@ class DefaultModelState(ModelState):
         self.block_size = block_size
         self.device = device
 
-    def prepare(self, table: RequestStateTable, batch: InputBatch) -> AttentionMetadata:
-        dev = self.device
-        max_seq = max(batch.seq_lens)
+    def _to_device(self, values: list[int]) -> torch.Tensor:
+        t = torch.tensor(values, dtype=torch.int64)
+        if self.device.startswith("cuda"):
+            t = t.pin_memory()
+        return t.to(self.device, non_blocking=True)
+
+    def prepare(
+        self,
+        table: RequestStateTable,
+        batch: InputBatch,
+        max_seq_len: int | None = None,
+        block_table_out: torch.Tensor | None = None,
+    ) -> AttentionMetadata:
+        """max_seq_len and block_table_out let CUDA graphs pass upper bounds and static
+        buffers; otherwise the step's own sizes are used."""
+        real_max = max(batch.seq_lens)
+        max_seq = max_seq_len or real_max
         nblk = -(-max_seq // self.block_size)
-        block_table = table.block_table[0][batch.rows_t, :nblk]
+        rows = batch.rows_dev.long()
+        if block_table_out is None:
+            block_table = table.block_table[0].index_select(0, rows)[:, :nblk]
+        else:
+            block_table = block_table_out[: rows.numel()]
+            torch.index_select(table.block_table[0], 0, rows, out=block_table)
         decode = [i for i, n in enumerate(batch.query_lens) if n == 1]
         return AttentionMetadata(
-            num_tokens=batch.num_tokens,
-            query_start_loc=torch.tensor(batch.query_start_loc_cpu, dtype=torch.int32).to(
-                dev, non_blocking=True
-            ),
-            seq_lens=torch.tensor(batch.seq_lens, dtype=torch.int32).to(dev, non_blocking=True),
-            block_table=block_table.to(dev, non_blocking=True),
-            slot_mapping=slot_mapping(table, 0, batch, self.block_size).to(dev, non_blocking=True),
+            num_tokens=batch.num_tokens_padded,
+            query_start_loc=batch.query_start_loc,
+            seq_lens=batch.seq_lens_dev,
+            block_table=block_table,
+            slot_mapping=batch.slot_mapping,
             query_start_loc_cpu=batch.query_start_loc_cpu,
             query_lens_cpu=batch.query_lens,
             seq_lens_cpu=batch.seq_lens,
             max_query_len=max(batch.query_lens),
             max_seq_len=max_seq,
-            decode_rows=torch.tensor(decode, dtype=torch.int64).to(dev, non_blocking=True)
-            if decode
-            else None,
+            decode_rows=self._to_device(decode) if decode else None,
             max_decode_seq_len=max((batch.seq_lens[i] for i in decode), default=0),
         )
