@@ -71,6 +71,9 @@ class EngineConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     device: str = "auto"
     log_stats_interval_s: float = 10.0
+    # CUDA graphs for decode steps; --enforce-eager turns them off.
+    enforce_eager: bool = False
+    attention_backend: str = "auto"  # auto (triton on CUDA, torch on CPU) | torch | triton
 
     def __post_init__(self) -> None:
         self.device = resolve_device(self.device)
@@ -80,6 +83,8 @@ class EngineConfig:
             raise ValueError("--gpu-memory-utilization must be in (0, 1]")
         if self.scheduler.max_num_seqs <= 0:
             raise ValueError("--max-num-seqs must be positive")
+        if self.attention_backend not in ("auto", "torch", "triton"):
+            raise ValueError("--attention-backend must be auto, torch or triton")
         if self.scheduler.max_num_batched_tokens <= 0:
             raise ValueError("--max-num-batched-tokens must be positive")
 

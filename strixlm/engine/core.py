@@ -32,6 +32,7 @@ class EngineCore:
         self.runner = ModelRunner(config, info.hf_config, info.folder, info.max_model_len)
         num_blocks = self.runner.determine_num_blocks()
         self.runner.init_kv_cache(num_blocks)
+        self.runner.capture_cuda_graphs()
         bs = config.cache.block_size
         if (num_blocks - 1) * bs < info.max_model_len:
             logger.warning(

@@ -64,6 +64,8 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
         "--load-format", default="auto", choices=["auto", "safetensors", "gguf", "dummy"]
     )
     p.add_argument("--served-model-name", default=None)
+    p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
+    p.add_argument("--attention-backend", default="auto", choices=["auto", "torch", "triton"])
     p.add_argument("--skip-tokenizer-init", action="store_true")
 
 
@@ -94,6 +96,8 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
                 enable_chunked_prefill=args.enable_chunked_prefill,
             ),
             device=args.device,
+            enforce_eager=args.enforce_eager,
+            attention_backend=args.attention_backend,
         )
     except ValueError as e:
         raise CLIError(str(e)) from None

@@ -40,6 +40,8 @@ class LLM:
         cpu_kv_cache_bytes: int = 512 << 20,
         num_gpu_blocks_override: int | None = None,
         skip_tokenizer_init: bool = False,
+        enforce_eager: bool = False,
+        attention_backend: str = "auto",
     ) -> None:
         config = EngineConfig(
             model=ModelConfig(
@@ -64,6 +66,8 @@ class LLM:
                 enable_chunked_prefill=enable_chunked_prefill,
             ),
             device=device,
+            enforce_eager=enforce_eager,
+            attention_backend=attention_backend,
         )
         self.engine = LLMEngine(config)
 

@@ -99,7 +99,7 @@ def gather_inputs(
         bufs.positions[:t_pad],
         bufs.slot_mapping[:t_pad],
         bufs.seq_lens[:b_pad],
-        max_query_len=max(num_scheduled),
+        max_query_len=max(num_scheduled, default=1),
     )
     # Advance the device and host views of progress by what this step computes.
     counts_dev = bufs.query_start_loc[1 : n + 1] - bufs.query_start_loc[:n]

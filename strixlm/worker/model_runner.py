@@ -16,16 +16,28 @@ from strixlm.config import EngineConfig
 from strixlm.core.kv_cache_manager import KVCacheGroupSpec
 from strixlm.core.scheduler import SchedulerOutput
 from strixlm.engine.request import TokenLogprob
-from strixlm.layers.attention.backend import kv_cache_shape
+from strixlm.layers.attention.backend import AttentionBackend, kv_cache_shape
 from strixlm.layers.attention.torch_paged import TorchPagedAttention
 from strixlm.models.loader import load_model
 from strixlm.sample.metadata import SamplingMetadata, SamplingRow
 from strixlm.sample.sampler import Sampler, SamplerOutput
+from strixlm.worker.cuda_graphs import DecodeGraphs, capture_sizes
 from strixlm.worker.input_batch import InputBuffers, gather_inputs
 from strixlm.worker.model_states.default import DefaultModelState
 from strixlm.worker.states import RequestStateTable
 
 logger = logging.getLogger(__name__)
+
+
+def select_attention_backend(config: EngineConfig) -> type[AttentionBackend]:
+    name = config.attention_backend
+    if name == "auto":
+        name = "triton" if config.device.startswith("cuda") else "torch"
+    if name == "torch":
+        return TorchPagedAttention
+    from strixlm.layers.attention.triton_paged import TritonPagedAttention
+
+    return TritonPagedAttention
 
 
 class ModelRunner:
@@ -52,6 +64,7 @@ class ModelRunner:
         self.sampler = Sampler()
         self.model_state = DefaultModelState(self.block_size, self.device)
         self.table: RequestStateTable | None = None
+        self.graphs: DecodeGraphs | None = None
         self.kv_caches: list[torch.Tensor] = []
 
     # ---- KV cache ----------------------------------------------------------------------
@@ -129,6 +142,25 @@ class ModelRunner:
         max_tokens = max(sc.max_num_batched_tokens, sc.max_num_seqs)
         self.buffers = InputBuffers(max_tokens, sc.max_num_seqs, self.device)
 
+    def capture_cuda_graphs(self) -> None:
+        """Decode graphs need the device-only Triton attention; else steps run eagerly."""
+        backend = type(self.attn_layers[0].attn)
+        if self.config.enforce_eager or not self.device.startswith("cuda"):
+            return
+        if not getattr(backend, "graph_safe", False):
+            logger.info("attention backend %s is not graph-safe: running eagerly", backend.name)
+            return
+        self.graphs = DecodeGraphs(
+            self.model,
+            self.table,
+            self.buffers,
+            self.model_state,
+            self.block_size,
+            self.max_model_len,
+            capture_sizes(self.config.scheduler.max_num_seqs),
+        )
+        self.graphs.capture()
+
     # ---- one step ----------------------------------------------------------------------
     def _update_states(self, sched: SchedulerOutput) -> list[int]:
         table = self.table
@@ -149,20 +181,35 @@ class ModelRunner:
             return {}, {}
         rids = list(sched.num_scheduled_tokens)
         counts = [sched.num_scheduled_tokens[r] for r in rids]
-        batch = gather_inputs(self.table, self.buffers, rids, counts, self.block_size)
-        md = self.model_state.prepare(self.table, batch)
-        hidden = self.model(batch.input_ids, batch.positions, md)
+        padded = None
+        if self.graphs is not None and sched.total_num_scheduled_tokens == len(rids):
+            padded = self.graphs.padded_size(len(rids))
+        batch = gather_inputs(self.table, self.buffers, rids, counts, self.block_size, padded)
         idx = batch.logits_indices
+        sample_rows = [r for r, s in zip(batch.rows, batch.sample_mask, strict=True) if s]
+        all_sample = len(idx) == batch.num_reqs
+        if padded is not None:
+            logits = self.graphs.run(batch)  # one row per request, in order
+            if not all_sample:
+                logits = logits[
+                    self._to_device([i for i, s in enumerate(batch.sample_mask) if s]).long()
+                ]
+        else:
+            md = self.model_state.prepare(self.table, batch)
+            hidden = self.model(batch.input_ids, batch.positions, md)
+            if not idx:
+                return {}, {}
+            if all_sample:
+                idx_dev = batch.query_start_loc[1 : batch.num_reqs + 1] - 1
+            else:
+                idx_dev = self._to_device(idx)
+            logits = self.model.compute_logits(hidden[idx_dev.long()])
         if not idx:
             return {}, {}
-        sample_rows = [r for r, s in zip(batch.rows, batch.sample_mask, strict=True) if s]
-        if len(idx) == batch.num_reqs:
+        if all_sample:
             rows_dev = batch.rows_dev[: batch.num_reqs]
-            idx_dev = batch.query_start_loc[1 : batch.num_reqs + 1] - 1
         else:
             rows_dev = self._to_device(sample_rows)
-            idx_dev = self._to_device(idx)
-        logits = self.model.compute_logits(hidden[idx_dev.long()])
         out = self.sampler(logits, self._sampling_metadata(sample_rows, rows_dev))
         self.table.append_sampled(sample_rows, rows_dev, out.sampled_token_ids)
         return self._post_update(sample_rows, out)

@@ -30,8 +30,7 @@ class DefaultModelState(ModelState):
     ) -> AttentionMetadata:
         """max_seq_len and block_table_out let CUDA graphs pass upper bounds and static
         buffers; otherwise the step's own sizes are used."""
-        real_max = max(batch.seq_lens)
-        max_seq = max_seq_len or real_max
+        max_seq = max_seq_len or max(batch.seq_lens)
         nblk = -(-max_seq // self.block_size)
         rows = batch.rows_dev.long()
         if block_table_out is None:
@@ -49,7 +48,7 @@ class DefaultModelState(ModelState):
             query_start_loc_cpu=batch.query_start_loc_cpu,
             query_lens_cpu=batch.query_lens,
             seq_lens_cpu=batch.seq_lens,
-            max_query_len=max(batch.query_lens),
+            max_query_len=max(batch.query_lens, default=1),
             max_seq_len=max_seq,
             decode_rows=self._to_device(decode) if decode else None,
             max_decode_seq_len=max((batch.seq_lens[i] for i in decode), default=0),
