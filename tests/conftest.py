@@ -12,6 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
+# Without a GPU, Triton kernels run in the interpreter. Set before anything imports triton
+# (importing torch does not): @triton.jit picks interpreter or compiler at definition time.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 # One small cache for the whole session, so the GGUF converts once per CI run.
 os.environ.setdefault("STRIXLM_CACHE", str(Path.home() / ".cache" / "strixlm-test"))
 torch.set_num_threads(max(1, os.cpu_count() or 1))

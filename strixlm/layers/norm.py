@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
+
 import torch
 from torch import nn
+
+_HAS_TRITON = importlib.util.find_spec("triton") is not None
+
+
+def _use_triton(x: torch.Tensor) -> bool:
+    # The Triton kernel on CUDA; the torch code (HF's numerics) on CPU or when disabled.
+    return x.is_cuda and _HAS_TRITON and os.environ.get("STRIXLM_DISABLE_TRITON", "0") == "0"
 
 
 class RMSNorm(nn.Module):
@@ -21,7 +31,17 @@ class RMSNorm(nn.Module):
     def forward(
         self, x: torch.Tensor, residual: torch.Tensor | None = None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """With a residual: returns (norm(x + residual), x + residual)."""
+        """With a residual: returns (norm(x + residual), x + residual).
+
+        On CUDA (Triton) the sum is written into `residual` in place and returned.
+        """
+        if _use_triton(x):
+            # Imported here so CPU-only runs never import triton.
+            from strixlm.kernels.rmsnorm import fused_add_rmsnorm, rmsnorm
+
+            if residual is None:
+                return rmsnorm(x, self.weight, self.eps)
+            return fused_add_rmsnorm(x, residual, self.weight, self.eps)
         if residual is None:
             return self._norm(x)
         x = x + residual

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import os
 
 import torch
 from torch import nn
+
+_HAS_TRITON = importlib.util.find_spec("triton") is not None
+
+
+def _use_triton(x: torch.Tensor) -> bool:
+    # The Triton kernel on CUDA; the torch code (HF's numerics) on CPU or when disabled.
+    return x.is_cuda and _HAS_TRITON and os.environ.get("STRIXLM_DISABLE_TRITON", "0") == "0"
 
 
 def _llama3_inv_freq(inv_freq: torch.Tensor, params: dict) -> torch.Tensor:
@@ -43,7 +52,15 @@ class RotaryEmbedding(nn.Module):
     def forward(
         self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """q: [T, Hq, D], k: [T, Hk, D]; rotation computed in fp32 like HF."""
+        """q: [T, Hq, D], k: [T, Hk, D]; rotation computed in fp32 like HF.
+
+        On CUDA (Triton) q and k are rotated in place and returned.
+        """
+        if _use_triton(q):
+            from strixlm.kernels.rotary import rotary_inplace
+
+            rotary_inplace(positions, q, k, self.cos, self.sin)
+            return q, k
         cos = self.cos[positions].unsqueeze(1)
         sin = self.sin[positions].unsqueeze(1)
         return self._rotate(q, cos, sin), self._rotate(k, cos, sin)

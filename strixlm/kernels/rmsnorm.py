@@ -1,0 +1,142 @@
+"""Triton RMSNorm, plain and fused with the residual add that precedes it.
+
+Numerics follow the torch reference in strixlm/layers/norm.py (which follows HF): the sum
+x + residual is rounded to the input dtype, the norm is computed in fp32, the normed row is
+cast back to the input dtype and only then multiplied by the weight (in fp32, rounded once
+to the promoted output dtype, as torch's elementwise multiply does).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rmsnorm_kernel(
+    x_ptr,
+    res_ptr,
+    w_ptr,
+    out_ptr,
+    n_inner,
+    x_s0,
+    x_s1,
+    r_s0,
+    r_s1,
+    o_s0,
+    o_s1,
+    n_cols,
+    eps,
+    HAS_RESIDUAL: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    # One program per row; rows are addressed by two strides so a [T, H, D] view into a
+    # wider buffer (q/k norm on a slice of the qkv output) needs no copy.
+    row = tl.program_id(0).to(tl.int64)
+    outer = row // n_inner
+    inner = row % n_inner
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + outer * x_s0 + inner * x_s1 + cols, mask=mask, other=0.0)
+    if HAS_RESIDUAL:
+        r_ptrs = res_ptr + outer * r_s0 + inner * r_s1 + cols
+        r = tl.load(r_ptrs, mask=mask, other=0.0)
+        # Rounded to the input dtype before the norm, like `x = x + residual` in torch.
+        x = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype)
+        tl.store(r_ptrs, x, mask=mask)
+    xf = x.to(tl.float32)
+    var = tl.sum(xf * xf, axis=0) / n_cols
+    xn = (xf * tl.rsqrt(var + eps)).to(x.dtype)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0)
+    y = xn.to(tl.float32) * w.to(tl.float32)
+    tl.store(out_ptr + outer * o_s0 + inner * o_s1 + cols, y, mask=mask)
+
+
+def _rows(t: torch.Tensor) -> tuple[torch.Tensor, int, int, int]:
+    """(tensor, n_inner, stride_outer, stride_inner) addressing every row of t by two strides."""
+    if t.stride(-1) != 1:
+        t = t.contiguous()
+    if t.dim() == 1:
+        return t, 1, 0, 0
+    if t.dim() == 2:
+        return t, 1, t.stride(0), 0
+    if t.dim() == 3:
+        return t, t.shape[1], t.stride(0), t.stride(1)
+    t2 = t.reshape(-1, t.shape[-1])  # rare: more leading dims; a view whenever possible
+    return t2, 1, t2.stride(0), 0
+
+
+def _launch(
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    weight: torch.Tensor,
+    eps: float,
+    out: torch.Tensor | None,
+) -> torch.Tensor:
+    n_cols = x.shape[-1]
+    if weight.shape != (n_cols,):
+        raise ValueError(f"weight shape {tuple(weight.shape)} does not match hidden {n_cols}")
+    out_dtype = torch.promote_types(weight.dtype, x.dtype)  # as `weight * xn` in torch
+    if out is None:
+        out = torch.empty(x.shape, dtype=out_dtype, device=x.device)
+    elif out.shape != x.shape or out.dtype != out_dtype:
+        raise ValueError("out has the wrong shape or dtype")
+    n_rows = x.numel() // n_cols if n_cols else 0
+    if n_rows == 0:
+        return out
+    xv, n_inner, x_s0, x_s1 = _rows(x)
+    ov, o_inner, o_s0, o_s1 = _rows(out)
+    if ov.data_ptr() != out.data_ptr() or o_inner != n_inner:
+        raise ValueError("out must be addressable like x (last dim contiguous)")
+    r_s0 = r_s1 = 0
+    if residual is not None:
+        rv, r_inner, r_s0, r_s1 = _rows(residual)
+        # The sum is written back into residual, so it must be x's layout, in place.
+        if rv.data_ptr() != residual.data_ptr() or r_inner != n_inner:
+            raise ValueError("residual must be addressable like x (last dim contiguous)")
+    block = triton.next_power_of_2(n_cols)
+    # ~8 elements (16 bytes of bf16) per thread: vector loads, and one warp for head_dim rows.
+    num_warps = max(1, min(16, block // 256))
+    _rmsnorm_kernel[(n_rows,)](
+        xv,
+        residual if residual is not None else xv,
+        weight if weight.is_contiguous() else weight.contiguous(),
+        ov,
+        n_inner,
+        x_s0,
+        x_s1,
+        r_s0,
+        r_s1,
+        o_s0,
+        o_s1,
+        n_cols,
+        eps,
+        HAS_RESIDUAL=residual is not None,
+        BLOCK=block,
+        num_warps=num_warps,
+    )
+    return out
+
+
+def rmsnorm(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """weight * rmsnorm(x) over the last dim; x is [..., H] with a contiguous last dim."""
+    return _launch(x, None, weight, eps, out)
+
+
+def fused_add_rmsnorm(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns (rmsnorm(x + residual), x + residual); the sum is written INTO residual.
+
+    One read of x and residual, two writes (the sum and the normed output).
+    """
+    if residual.shape != x.shape or residual.dtype != x.dtype:
+        raise ValueError("x and residual must have the same shape and dtype")
+    return _launch(x, residual, weight, eps, out), residual
