@@ -21,6 +21,7 @@ from strixlm.layers.attention.torch_paged import TorchPagedAttention
 from strixlm.models.loader import load_model
 from strixlm.sample.metadata import SamplingMetadata, SamplingRow
 from strixlm.sample.sampler import Sampler, SamplerOutput
+from strixlm.sample.triton_sampler import TritonSampler
 from strixlm.worker.cuda_graphs import DecodeGraphs, capture_sizes
 from strixlm.worker.input_batch import InputBuffers, gather_inputs
 from strixlm.worker.model_states.default import DefaultModelState
@@ -61,7 +62,10 @@ class ModelRunner:
         )
         self.attn_layers = self.model.attention_layers()
         self.vocab_size = hf_config.vocab_size
-        self.sampler = Sampler()
+        # Triton Gumbel-max on CUDA; the torch sampler (its reference) elsewhere.
+        self.sampler = (
+            TritonSampler(interpret=False) if self.device.startswith("cuda") else Sampler()
+        )
         self.model_state = DefaultModelState(self.block_size, self.device)
         self.table: RequestStateTable | None = None
         self.graphs: DecodeGraphs | None = None

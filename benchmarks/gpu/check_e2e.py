@@ -1,0 +1,139 @@
+"""End-to-end GPU checks: strixlm on CUDA against HF transformers, and batch-1 decode latency.
+
+1. A small random Qwen3 and Llama (built here with transformers, fp32): greedy tokens from
+   strixlm on CUDA (Triton attention + CUDA graphs, and the torch backend eager) against HF
+   `generate` on CUDA, over prompts of varied lengths, batched. Prints the token-match rate.
+2. Batch-1 decode latency, Qwen3-0.6B shape, dummy bf16 weights, 512-token prompt: time per
+   output token after the first, for the eager and graph paths.
+
+python benchmarks/gpu/check_e2e.py   (JSON to $OUT/check_e2e.json when OUT is set)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+
+from strixlm.engine.request import SamplingParams  # noqa: E402
+from strixlm.entrypoints.llm import LLM  # noqa: E402
+
+RESULTS: dict = {}
+
+
+def tiny_model(kind: str, folder: str) -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    common = dict(vocab_size=4096, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+                  num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=4096)
+    torch.manual_seed(0)
+    if kind == "qwen3":
+        model = Qwen3ForCausalLM(Qwen3Config(head_dim=64, tie_word_embeddings=True, **common))
+    else:
+        model = LlamaForCausalLM(LlamaConfig(tie_word_embeddings=False, **common))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" not in name:
+                p.normal_(0, 0.1)
+    model.save_pretrained(folder)
+
+
+def hf_greedy(folder: str, prompts: list[list[int]], n: int) -> list[list[int]]:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).cuda().eval()
+    out = []
+    for p in prompts:
+        with torch.no_grad():
+            g = model.generate(torch.tensor([p], device="cuda"), max_new_tokens=n,
+                               do_sample=False, eos_token_id=None, pad_token_id=0,
+                               attention_mask=torch.ones(1, len(p), dtype=torch.long,
+                                                         device="cuda"))
+        out.append(g[0, len(p):].tolist())
+    del model
+    torch.cuda.empty_cache()
+    return out
+
+
+def match_rate(a: list[list[int]], b: list[list[int]]) -> tuple[float, int]:
+    same = sum(x == y for s, t in zip(a, b) for x, y in zip(s, t))
+    total = sum(len(s) for s in a)
+    exact = sum(s == t for s, t in zip(a, b))
+    return same / total, exact
+
+
+def check_vs_hf() -> None:
+    g = torch.Generator().manual_seed(1)
+    lens = [1, 5, 17, 64, 130, 300, 700, 1500]
+    prompts = [torch.randint(0, 4096, (n,), generator=g).tolist() for n in lens]
+    n_out = 32
+    for kind in ("qwen3", "llama"):
+        with tempfile.TemporaryDirectory() as d:
+            tiny_model(kind, d)
+            ref = hf_greedy(d, prompts, n_out)
+            for backend, eager in (("triton", False), ("triton", True), ("torch", True)):
+                key = f"{kind}/{backend}/{'eager' if eager else 'graphs'}"
+                try:
+                    llm = LLM(d, device="cuda", dtype="float32", skip_tokenizer_init=True,
+                              attention_backend=backend, enforce_eager=eager,
+                              max_num_batched_tokens=512, gpu_memory_utilization=0.3)
+                    params = SamplingParams(temperature=0, max_tokens=n_out, ignore_eos=True)
+                    outs = llm.generate(prompts, params, use_tqdm=False)
+                    got = [o.outputs[0].token_ids for o in outs]
+                    rate, exact = match_rate(got, ref)
+                    RESULTS[key] = {"token_match": rate, "exact_sequences": exact,
+                                    "num_sequences": len(prompts)}
+                    print(f"{key:28s} token match {rate:.4f}, exact {exact}/{len(prompts)}")
+                    del llm
+                    torch.cuda.empty_cache()
+                except Exception:
+                    traceback.print_exc()
+                    RESULTS[key] = {"error": traceback.format_exc(limit=3)}
+
+
+def decode_latency() -> None:
+    model = os.path.join(os.path.dirname(__file__), "..", "..", "strixlm", "benchmarks",
+                         "configs", "qwen3-0.6b")
+    prompt = list(range(1000, 1512))
+    for eager in (True, False):
+        key = f"latency/{'eager' if eager else 'graphs'}"
+        try:
+            llm = LLM(model, load_format="dummy", device="cuda", dtype="bfloat16",
+                      skip_tokenizer_init=True, enforce_eager=eager, max_num_seqs=16,
+                      gpu_memory_utilization=0.5)
+            engine = llm.engine
+            for n_out in (8, 8):  # warm-up
+                llm.generate([prompt], SamplingParams(temperature=0, max_tokens=n_out,
+                                                      ignore_eos=True), use_tqdm=False)
+            n = 256
+            engine.add_request(prompt, SamplingParams(temperature=0, max_tokens=n,
+                                                      ignore_eos=True), kind="delta")
+            times = []
+            while engine.has_unfinished():
+                engine.step()
+                torch.cuda.synchronize()
+                times.append(time.perf_counter())
+            per_tok = (times[-1] - times[0]) / (len(times) - 1)
+            RESULTS[key] = {"ms_per_token": per_tok * 1e3, "tokens": n, "prompt": len(prompt)}
+            print(f"{key:28s} {per_tok * 1e3:.3f} ms/token (batch 1, 512-token prompt)")
+            del llm, engine
+            torch.cuda.empty_cache()
+        except Exception:
+            traceback.print_exc()
+            RESULTS[key] = {"error": traceback.format_exc(limit=3)}
+
+
+if __name__ == "__main__":
+    check_vs_hf()
+    decode_latency()
+    out = os.environ.get("OUT")
+    if out:
+        with open(os.path.join(out, "check_e2e.json"), "w") as f:
+            json.dump(RESULTS, f, indent=1)

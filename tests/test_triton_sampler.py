@@ -1,0 +1,306 @@
+"""The Triton sampler against the torch reference, on CPU under the Triton interpreter.
+
+Shapes are small because the interpreter runs every program op by op in Python.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+triton = pytest.importorskip("triton", reason="triton is not installed")
+tl = pytest.importorskip("triton.language")
+
+from strixlm.kernels import sampler as kern  # noqa: E402
+from strixlm.sample.logprobs import gather_logprobs, raw_logprobs  # noqa: E402
+from strixlm.sample.metadata import SamplingMetadata, SamplingRow  # noqa: E402
+from strixlm.sample.penalties import apply_penalties, apply_suppress_tokens  # noqa: E402
+from strixlm.sample.random import gumbel_noise, hash_bits  # noqa: E402
+from strixlm.sample.sampler import Sampler, apply_top_k_top_p_min_p  # noqa: E402
+from strixlm.sample.triton_sampler import (  # noqa: E402
+    TritonSampler,
+    compute_token_logprobs,
+    kernels_interpreted,
+)
+
+if not kernels_interpreted():
+    pytest.skip(
+        "triton was imported before TRITON_INTERPRET=1 was set (set it in conftest.py)",
+        allow_module_level=True,
+    )
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # interpreter noise
+
+
+def run_both(logits: torch.Tensor, rows: list[SamplingRow], **kwargs):
+    md = SamplingMetadata.build(rows, logits.device, logits.shape[-1])
+    ts = TritonSampler(**kwargs)
+    out = ts(logits, md)
+    ref = Sampler()(logits, md)
+    return out, ref, md, ts
+
+
+def reference_kept(logits: torch.Tensor, md: SamplingMetadata) -> tuple[torch.Tensor, torch.Tensor]:
+    """([B, V] bool tokens the reference keeps (greedy rows: all), [B, V] scaled values)."""
+    x = apply_suppress_tokens(logits.float().clone(), md.suppress_token_ids)
+    if not md.no_penalties:
+        x = apply_penalties(x, md)
+    greedy = md.temperature < 1e-5
+    scaled = x / torch.where(greedy, 1.0, md.temperature)[:, None]
+    kept = torch.isfinite(apply_top_k_top_p_min_p(scaled, md.top_k, md.top_p, md.min_p))
+    kept[greedy] = True
+    return kept & torch.isfinite(scaled), scaled
+
+
+def kernel_kept(scaled: torch.Tensor, ts: TritonSampler) -> torch.Tensor:
+    """[B, V] bool: the tokens the kernel's per-row thresholds keep."""
+    assert ts.last_thresholds is not None
+    return (scaled >= ts.last_thresholds[:, None]) & torch.isfinite(scaled)
+
+
+# ---------------------------------------------------------------- the hash
+
+
+@triton.jit
+def _noise_kernel(seed_ptr, pos_ptr, h_ptr, g_ptr, V, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    key = kern._row_key(tl.load(seed_ptr + row), tl.load(pos_ptr + row))
+    h = kern._fmix32(key ^ kern._fmix32(offs.to(tl.uint32) + 0x7F4A7C15))
+    tl.store(h_ptr + row * V + offs, h.to(tl.int64), mask=offs < V)
+    tl.store(g_ptr + row * V + offs, kern._gumbel(key, offs, False), mask=offs < V)
+
+
+def test_hash_and_gumbel_match_reference_bits() -> None:
+    seeds = torch.tensor([0, 1, 42, -1, -(2**63), 2**63 - 1, 123456789012345])
+    positions = torch.tensor([0, 1, 7, 2**31 - 1, 2**32 + 5, 1000, 3])
+    vocab = 300
+    h = torch.empty(7, vocab, dtype=torch.int64)
+    g = torch.empty(7, vocab)
+    _noise_kernel[(7,)](seeds, positions, h, g, vocab, BLOCK=512)
+    assert torch.equal(h, hash_bits(seeds, positions, vocab))
+    # The interpreter's log is numpy's (may differ from torch's CPU log by an ulp); on CUDA
+    # both are libdevice logf and equal bit for bit (benchmarks/gpu/check_sampler.py).
+    torch.testing.assert_close(g, gumbel_noise(seeds, positions, vocab), rtol=1e-6, atol=1e-6)
+
+
+# ---------------------------------------------------------------- greedy and plain sampling
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_greedy_is_argmax(dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    logits = (torch.randn(16, 2000) * 3).to(dtype)
+    out, ref, _, _ = run_both(logits, [SamplingRow(temperature=0.0) for _ in range(16)])
+    assert out.sampled_token_ids.dtype == torch.int64
+    assert torch.equal(out.sampled_token_ids, ref.sampled_token_ids)
+    assert torch.equal(out.sampled_token_ids, logits.float().argmax(-1))
+
+
+@pytest.mark.parametrize("temperature", [0.3, 1.0, 2.5])
+def test_random_tokens_identical(temperature: float) -> None:
+    torch.manual_seed(1)
+    n, vocab = 16, 2500
+    logits = torch.randn(n, vocab) * 2
+    rows = [SamplingRow(temperature=temperature, seed=1000 + i, position=7 * i) for i in range(n)]
+    rows[3] = SamplingRow(temperature=0.0)  # a greedy row in a random batch
+    out, ref, _, _ = run_both(logits, rows)
+    assert torch.equal(out.sampled_token_ids, ref.sampled_token_ids)
+
+
+def test_uniform_logits_are_pure_noise_and_identical() -> None:
+    logits = torch.zeros(16, 3000)  # every draw is decided by the Gumbel noise alone
+    rows = [SamplingRow(seed=-(2**40) + s, position=2**33 + s) for s in range(16)]
+    out, ref, _, _ = run_both(logits, rows)
+    assert torch.equal(out.sampled_token_ids, ref.sampled_token_ids)
+    assert len(set(out.sampled_token_ids.tolist())) > 12
+
+
+# ---------------------------------------------------------------- filters
+
+
+def mixed_filter_rows(n: int) -> list[SamplingRow]:
+    configs = [
+        dict(top_k=5),
+        dict(top_k=37),
+        dict(top_p=0.6),
+        dict(top_p=0.95),
+        dict(min_p=0.05),
+        dict(top_k=40, top_p=0.5),
+        dict(top_k=200, top_p=0.9, min_p=0.01),
+        dict(top_p=0.02),  # below the top token's mass: one value survives
+        dict(),
+        dict(temperature=0.0, top_k=3, top_p=0.5),  # greedy ignores filters
+        dict(top_k=1),
+        dict(top_p=0.8, min_p=0.2),
+    ]
+    rows = []
+    for i in range(n):
+        cfg = {"temperature": 0.5 + 0.25 * (i % 5), **configs[i % len(configs)]}
+        rows.append(SamplingRow(seed=31 * i + 5, position=i, **cfg))
+    return rows
+
+
+@pytest.mark.parametrize(
+    "kwargs,dtype",
+    [({}, torch.float32), ({"num_splits": 3, "block": 1024}, torch.float32), ({}, torch.bfloat16)],
+    ids=["one-chunk", "three-chunks", "bf16"],
+)
+def test_filters_same_set_and_tokens(kwargs: dict, dtype: torch.dtype) -> None:
+    torch.manual_seed(2)
+    n, vocab = 12, 3000
+    logits = (torch.randn(n, vocab) * 2.5).to(dtype)
+    out, ref, md, ts = run_both(logits, mixed_filter_rows(n), **kwargs)
+    assert not md.no_top_k_top_p_min_p
+    kept, scaled = reference_kept(logits, md)
+    ours = kernel_kept(scaled, ts)
+    for b in range(n):
+        assert torch.equal(ours[b], kept[b]), f"row {b}: filtered set differs"
+    assert torch.equal(out.sampled_token_ids, ref.sampled_token_ids)
+
+
+def test_ties_at_the_thresholds_are_kept() -> None:
+    # Integer logits: whole groups of tokens share the k-th value and the top-p boundary.
+    g = torch.Generator().manual_seed(3)
+    n, vocab = 8, 1500
+    logits = torch.randint(-6, 6, (n, vocab), generator=g).float()
+    rows = [
+        SamplingRow(top_k=[10, 100, 0, 50][i % 4], top_p=[1.0, 0.3, 0.7, 0.5][i % 4], seed=i)
+        for i in range(n)
+    ]
+    out, ref, md, ts = run_both(logits, rows)
+    kept, scaled = reference_kept(logits, md)
+    assert torch.equal(kernel_kept(scaled, ts), kept)
+    assert (kept.sum(-1) > torch.tensor([10, 100, 1, 50] * 2)).all()  # ties widened every set
+    assert torch.equal(out.sampled_token_ids, ref.sampled_token_ids)
+
+
+# ---------------------------------------------------------------- penalties and suppression
+
+
+def test_penalties_and_suppression() -> None:
+    g = torch.Generator().manual_seed(4)
+    n, vocab = 10, 1200
+    logits = torch.randn(n, vocab, generator=g) * 2
+    logits[:, 7] = 12.0  # a favourite token, suppressed in half the rows
+    rows = []
+    for i in range(n):
+        length = int(torch.randint(0, 60, (1,), generator=g))
+        hist = torch.randint(0, 40, (length,), generator=g).tolist() + [vocab + 5]  # ignored
+        rows.append(
+            SamplingRow(
+                temperature=[0.0, 0.8, 1.3][i % 3],
+                top_k=[0, 30][i % 2],
+                presence_penalty=[0.0, 0.5, -1.0, 2.0][i % 4],
+                frequency_penalty=[0.0, 0.3, 1.0, -0.5][(i // 2) % 4],
+                repetition_penalty=[1.0, 1.3, 0.7][i % 3],
+                token_ids=hist,
+                prompt_len=int(torch.randint(0, length + 1, (1,), generator=g)),
+                suppress_token_ids=[7, 3, vocab + 1] if i % 2 == 0 else [],
+                seed=i,
+                position=i,
+            )
+        )
+    md = SamplingMetadata.build(rows, "cpu", vocab)
+    assert not md.no_penalties
+    ts = TritonSampler()
+    ref = Sampler()(logits, md).sampled_token_ids
+    for _ in range(2):  # the stats buffer is reused and must come back clean
+        out = ts(logits, md).sampled_token_ids
+        assert torch.equal(out, ref)
+        assert ts._stats.buf is not None and not ts._stats.buf.any()
+    assert 7 not in out[::2].tolist()
+    kept, scaled = reference_kept(logits, md)
+    assert torch.equal(kernel_kept(scaled, ts), kept)
+
+
+def test_caller_logits_not_modified() -> None:
+    logits = torch.randn(4, 500)
+    before = logits.clone()
+    rows = [
+        SamplingRow(temperature=0.7, top_p=0.5, repetition_penalty=1.5, token_ids=[1, 2, 3],
+                    prompt_len=2, suppress_token_ids=[4], seed=i, num_logprobs=2)
+        for i in range(4)
+    ]  # fmt: skip
+    out, ref, _, _ = run_both(logits, rows)
+    assert torch.equal(logits, before)
+    assert torch.equal(out.sampled_token_ids, ref.sampled_token_ids)
+
+
+# ---------------------------------------------------------------- logprobs
+
+
+@pytest.mark.parametrize("k,kwargs", [(0, {}), (5, {}), (20, {"num_splits": 2, "block": 1024})])
+def test_logprobs_match_reference(k: int, kwargs: dict) -> None:
+    torch.manual_seed(5)
+    n, vocab = 6, 1800
+    logits = torch.randn(n, vocab) * 2
+    rows = [
+        SamplingRow(temperature=0.9, top_k=50, repetition_penalty=2.0, token_ids=[0, 1],
+                    prompt_len=2, seed=i, num_logprobs=k if i else None)
+        for i in range(n)
+    ]  # fmt: skip
+    out, ref, _, _ = run_both(logits, rows, **kwargs)
+    assert torch.equal(out.sampled_token_ids, ref.sampled_token_ids)
+    lp, rlp = out.logprobs, ref.logprobs
+    assert lp is not None and rlp is not None
+    torch.testing.assert_close(lp.sampled_logprobs, rlp.sampled_logprobs, rtol=0, atol=2e-6)
+    assert torch.equal(lp.sampled_ranks, rlp.sampled_ranks)
+    assert lp.top_ids.shape == (n, k) and lp.top_logprobs.dtype == torch.float32
+    assert torch.equal(lp.top_ids, rlp.top_ids)
+    torch.testing.assert_close(lp.top_logprobs, rlp.top_logprobs, rtol=0, atol=2e-6)
+
+
+def test_compute_token_logprobs_chunk_by_chunk() -> None:
+    torch.manual_seed(6)
+    n, vocab, k = 24, 2100, 4
+    logits = torch.randn(n, vocab) * 3
+    tokens = torch.randint(0, vocab, (n,))
+    parts = [compute_token_logprobs(logits[i : i + 8], tokens[i : i + 8], k) for i in (0, 8, 16)]
+    lp, rank, ids, top = (torch.cat(p) for p in zip(*parts, strict=True))
+    ref = gather_logprobs(raw_logprobs(logits), tokens, k)
+    torch.testing.assert_close(lp, ref.sampled_logprobs, rtol=0, atol=2e-6)
+    assert torch.equal(rank, ref.sampled_ranks)
+    assert torch.equal(ids, ref.top_ids)
+    torch.testing.assert_close(top, ref.top_logprobs, rtol=0, atol=2e-6)
+
+
+def test_top_logprobs_ties_prefer_lower_ids() -> None:
+    logits = torch.zeros(2, 1500)
+    logits[0, [900, 30, 400]] = 1.0
+    lp, rank, ids, top = compute_token_logprobs(logits, torch.tensor([30, 5]), 5)
+    assert ids[0].tolist() == [30, 400, 900, 0, 1]
+    assert ids[1].tolist() == [0, 1, 2, 3, 4]
+    assert rank.tolist() == [1, 1]
+    torch.testing.assert_close(top[0, 0], lp[0])
+
+
+# ---------------------------------------------------------------- dispatch
+
+
+def test_cpu_without_interpreter_uses_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    import strixlm.sample.triton_sampler as mod
+
+    def boom(*args, **kwargs):
+        raise AssertionError("the Triton path ran on CPU")
+
+    monkeypatch.setattr(mod, "sample_tokens", boom)
+    monkeypatch.setattr(mod, "_triton_token_logprobs", boom)
+    logits = torch.randn(3, 100)
+    rows = [SamplingRow(top_k=5, seed=i, num_logprobs=2) for i in range(3)]
+    out, ref, _, _ = run_both(logits, rows, interpret=False)  # an engine's choice on CPU
+    assert torch.equal(out.sampled_token_ids, ref.sampled_token_ids)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # the default follows the variable
+    out, _, _, _ = run_both(logits, rows)
+    assert torch.equal(out.sampled_token_ids, ref.sampled_token_ids)
+    ids = compute_token_logprobs(logits, out.sampled_token_ids, 2)[2]
+    assert out.logprobs is not None and torch.equal(ids, out.logprobs.top_ids)
+
+
+def test_empty_batch() -> None:
+    out = TritonSampler()(torch.empty(0, 32), SamplingMetadata.build([], "cpu", 32))
+    assert out.sampled_token_ids.shape == (0,)
