@@ -31,8 +31,15 @@ RESULTS: dict = {}
 def tiny_model(kind: str, folder: str) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
-    common = dict(vocab_size=4096, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
-                  num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=4096)
+    common = dict(
+        vocab_size=4096,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+    )
     torch.manual_seed(0)
     if kind == "qwen3":
         model = Qwen3ForCausalLM(Qwen3Config(head_dim=64, tie_word_embeddings=True, **common))
@@ -52,20 +59,24 @@ def hf_greedy(folder: str, prompts: list[list[int]], n: int) -> list[list[int]]:
     out = []
     for p in prompts:
         with torch.no_grad():
-            g = model.generate(torch.tensor([p], device="cuda"), max_new_tokens=n,
-                               do_sample=False, eos_token_id=None, pad_token_id=0,
-                               attention_mask=torch.ones(1, len(p), dtype=torch.long,
-                                                         device="cuda"))
-        out.append(g[0, len(p):].tolist())
+            g = model.generate(
+                torch.tensor([p], device="cuda"),
+                max_new_tokens=n,
+                do_sample=False,
+                eos_token_id=None,
+                pad_token_id=0,
+                attention_mask=torch.ones(1, len(p), dtype=torch.long, device="cuda"),
+            )
+        out.append(g[0, len(p) :].tolist())
     del model
     torch.cuda.empty_cache()
     return out
 
 
 def match_rate(a: list[list[int]], b: list[list[int]]) -> tuple[float, int]:
-    same = sum(x == y for s, t in zip(a, b) for x, y in zip(s, t))
+    same = sum(x == y for s, t in zip(a, b, strict=False) for x, y in zip(s, t, strict=False))
     total = sum(len(s) for s in a)
-    exact = sum(s == t for s, t in zip(a, b))
+    exact = sum(s == t for s, t in zip(a, b, strict=False))
     return same / total, exact
 
 
@@ -81,15 +92,25 @@ def check_vs_hf() -> None:
             for backend, eager in (("triton", False), ("triton", True), ("torch", True)):
                 key = f"{kind}/{backend}/{'eager' if eager else 'graphs'}"
                 try:
-                    llm = LLM(d, device="cuda", dtype="float32", skip_tokenizer_init=True,
-                              attention_backend=backend, enforce_eager=eager,
-                              max_num_batched_tokens=512, gpu_memory_utilization=0.3)
+                    llm = LLM(
+                        d,
+                        device="cuda",
+                        dtype="float32",
+                        skip_tokenizer_init=True,
+                        attention_backend=backend,
+                        enforce_eager=eager,
+                        max_num_batched_tokens=512,
+                        gpu_memory_utilization=0.3,
+                    )
                     params = SamplingParams(temperature=0, max_tokens=n_out, ignore_eos=True)
                     outs = llm.generate(prompts, params, use_tqdm=False)
                     got = [o.outputs[0].token_ids for o in outs]
                     rate, exact = match_rate(got, ref)
-                    RESULTS[key] = {"token_match": rate, "exact_sequences": exact,
-                                    "num_sequences": len(prompts)}
+                    RESULTS[key] = {
+                        "token_match": rate,
+                        "exact_sequences": exact,
+                        "num_sequences": len(prompts),
+                    }
                     print(f"{key:28s} token match {rate:.4f}, exact {exact}/{len(prompts)}")
                     del llm
                     torch.cuda.empty_cache()
@@ -99,22 +120,34 @@ def check_vs_hf() -> None:
 
 
 def decode_latency() -> None:
-    model = os.path.join(os.path.dirname(__file__), "..", "..", "strixlm", "benchmarks",
-                         "configs", "qwen3-0.6b")
+    model = os.path.join(
+        os.path.dirname(__file__), "..", "..", "strixlm", "benchmarks", "configs", "qwen3-0.6b"
+    )
     prompt = list(range(1000, 1512))
     for eager in (True, False):
         key = f"latency/{'eager' if eager else 'graphs'}"
         try:
-            llm = LLM(model, load_format="dummy", device="cuda", dtype="bfloat16",
-                      skip_tokenizer_init=True, enforce_eager=eager, max_num_seqs=16,
-                      gpu_memory_utilization=0.5)
+            llm = LLM(
+                model,
+                load_format="dummy",
+                device="cuda",
+                dtype="bfloat16",
+                skip_tokenizer_init=True,
+                enforce_eager=eager,
+                max_num_seqs=16,
+                gpu_memory_utilization=0.5,
+            )
             engine = llm.engine
             for n_out in (8, 8):  # warm-up
-                llm.generate([prompt], SamplingParams(temperature=0, max_tokens=n_out,
-                                                      ignore_eos=True), use_tqdm=False)
+                llm.generate(
+                    [prompt],
+                    SamplingParams(temperature=0, max_tokens=n_out, ignore_eos=True),
+                    use_tqdm=False,
+                )
             n = 256
-            engine.add_request(prompt, SamplingParams(temperature=0, max_tokens=n,
-                                                      ignore_eos=True), kind="delta")
+            engine.add_request(
+                prompt, SamplingParams(temperature=0, max_tokens=n, ignore_eos=True), kind="delta"
+            )
             times = []
             while engine.has_unfinished():
                 engine.step()
