@@ -216,13 +216,14 @@ def capture(fn) -> tuple[Any, torch.Tensor]:
     return graph.replay, out
 
 
-def graph_check(num_splits: int | None) -> dict[str, Any]:
+def graph_check(
+    num_splits: int | None, b_real: int = 48, b_pad: int = 64, max_len: int = 4096
+) -> dict[str, Any]:
     """Capture write + attention once at padded sizes, replay on two different steps.
 
     48 real decode rows padded to 64 tokens (slot -1) and 64 sequences (zero length), with
     max_seq_len = 4096 as the host upper bound; each step refills the captured tensors.
     """
-    b_real, b_pad, max_len = 48, 64, 4096
     width = max_len // BS
     num_blocks = b_real * width + 8
     bf = DTYPE
@@ -250,7 +251,7 @@ def graph_check(num_splits: int | None) -> dict[str, Any]:
 
     def fill(seed: int) -> list[int]:
         gen = torch.Generator(device=DEV).manual_seed(seed)
-        lens = torch.randint(100, max_len + 1, (b_real,), device=DEV, generator=gen)
+        lens = torch.randint(max_len // 40, max_len + 1, (b_real,), device=DEV, generator=gen)
         perm = torch.randperm(num_blocks, device=DEV, generator=gen)[: b_real * width]
         bt[:b_real].copy_(perm.view(b_real, width))
         seq_lens[:b_real].copy_(lens)
@@ -319,7 +320,8 @@ def sweep(quick: bool) -> list[dict[str, Any]]:
                 except Exception as e:  # e.g. out of shared memory
                     print(f"  {name} {cfg}: {type(e).__name__}: {str(e)[:120]}")
             times.sort(key=lambda x: x[0])
-            heur = pa.select_config(HQ, HKV, D, len(rows), md.max_query_len, md.max_seq_len, 132)
+            sms = pa.num_sms(q.device)
+            heur = pa.select_config(HQ, HKV, D, len(rows), md.max_query_len, md.max_seq_len, sms)
             t_heur = next((t for t, c in times if c == heur), None)
             print(f"sweep {name}: heuristic {heur} -> {t_heur}")
             for t, c in times[:5]:

@@ -1,0 +1,514 @@
+"""Paged attention in Triton: one "unified" kernel for prefill, chunked prefill and decode.
+
+Inputs are variable-length: the queries of sequence i are q[qsl[i]:qsl[i+1]] and sit at the
+end of its context (query j at position seq_len - qlen + j, seeing keys 0..that position);
+the keys live in the paged cache [2, num_blocks, block_size, Hkv, D] through block_table.
+
+Grid: (query tiles, kv heads[, KV segments]). A program takes BLOCK_Q query tokens of one
+sequence and the G = Hq / Hkv query heads that share one kv head (BLOCK_M = BLOCK_Q * G rows),
+so K/V are loaded once per GQA group. It runs an online softmax (base 2, fp32) over KV tiles
+of TILE tokens up to its causal limit: first the tiles every row sees in full (no mask), then
+the diagonal tiles with the causal mask. The number of query tiles is bounded by
+num_tokens // BLOCK_Q + num_seqs (each sequence wastes at most one tile), so the grid depends
+only on host ints; a program finds its sequence by binary search in query_start_loc and
+exits when its tile is past the sequence's query length. Everything else (lengths, causal
+limits) comes from device tensors, so the launch is CUDA-graph safe with padded batches.
+
+Split-K (flash decoding): with few sequences and long contexts, the 2D grid leaves SMs idle.
+Then each program handles one of NUM_SEGS segments of the KV range and writes its partial
+(acc, max, sum); a second kernel merges them. Correct for any batch; chosen for decode-like
+batches only (max_query_len small) where the partial buffers stay small.
+
+Rows of tokens outside every sequence (graph padding past query_start_loc[-1]) are not
+written by the unified kernel (the split path's merge writes zeros there): treat them as
+unspecified.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from strixlm.kernels.kv_write import FP8_DTYPE, HAS_TRITON
+
+if HAS_TRITON:
+    import triton
+    import triton.language as tl
+
+LOG2E = 1.4426950408889634
+# Split heuristic knobs (see choose_num_splits); tuned on the H200 by
+# benchmarks/gpu/check_attention.py --sweep.
+SPLIT_MAX_QUERY_LEN = 8  # decode and short speculative verification
+SPLIT_TARGET_CTAS_PER_SM = 4
+SPLIT_MIN_TILES_PER_SEG = 4
+SPLIT_MAX_SEGS = 64
+
+
+@dataclass(frozen=True)
+class AttnConfig:
+    block_m: int  # rows per program: BLOCK_Q query tokens x G heads (power of two, >= 16)
+    tile: int  # KV tokens per inner step (power of two, >= 16; may span cache blocks)
+    num_warps: int
+    num_stages: int
+    num_splits: int = 1  # > 1: split-K with that many KV segments
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+_NUM_SMS: dict[int, int] = {}
+
+
+def num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 132  # H200; only used by the heuristic under the interpreter
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _NUM_SMS:
+        _NUM_SMS[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return _NUM_SMS[idx]
+
+
+def choose_num_splits(
+    num_seqs: int, num_kv_heads: int, max_query_len: int, max_seq_len: int, tile: int, sms: int
+) -> int:
+    """KV segments per sequence: > 1 when decode-like programs would leave SMs idle.
+
+    Host ints only (under graph capture max_seq_len is the padded upper bound), so the
+    choice is fixed per captured shape. Segments are kept >= SPLIT_MIN_TILES_PER_SEG tiles
+    long so each one amortizes its partial write and the merge.
+    """
+    if max_query_len > SPLIT_MAX_QUERY_LEN:
+        return 1
+    base = max(1, num_seqs * num_kv_heads)
+    target = sms * SPLIT_TARGET_CTAS_PER_SM
+    if base >= target:
+        return 1
+    by_len = max(1, max_seq_len // (tile * SPLIT_MIN_TILES_PER_SEG))
+    by_len = 1 << (by_len.bit_length() - 1)  # round down to a power of two
+    n = min(_pow2(-(-target // base)), by_len, SPLIT_MAX_SEGS)
+    return n if n >= 2 else 1
+
+
+def select_config(
+    num_q_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    num_seqs: int,
+    max_query_len: int,
+    max_seq_len: int,
+    sms: int,
+    num_splits: int | None = None,
+) -> AttnConfig:
+    g = num_q_heads // num_kv_heads
+    dp = max(16, _pow2(head_dim))
+    if max_query_len <= SPLIT_MAX_QUERY_LEN:
+        # Memory bound: small row blocks, moderate tiles, pipelined loads.
+        block_m = max(16, min(64, _pow2(g * max_query_len)), _pow2(g))
+        tile = 32 if dp <= 128 else 16
+        cfg = AttnConfig(block_m, tile, num_warps=4, num_stages=3)
+    elif max_query_len * g <= 256:  # short chunks: smaller tiles, more programs
+        block_m = max(64, _pow2(g))
+        cfg = AttnConfig(block_m, 64 if dp <= 128 else 32, num_warps=4, num_stages=3)
+    else:
+        block_m = max(128, _pow2(g))
+        tile = 64 if dp <= 128 else 32
+        cfg = AttnConfig(block_m, tile, num_warps=8 if dp >= 128 else 4, num_stages=2)
+    if num_splits is None:
+        num_splits = choose_num_splits(
+            num_seqs, num_kv_heads, max_query_len, max_seq_len, cfg.tile, sms
+        )
+    return AttnConfig(cfg.block_m, cfg.tile, cfg.num_warps, cfg.num_stages, max(1, num_splits))
+
+
+if HAS_TRITON:
+
+    @triton.jit
+    def _find_seq(qsl_ptr, q_block, num_seqs, BLOCK_Q: tl.constexpr):
+        # Last sequence i with qsl[i] // BLOCK_Q + i <= q_block (its first query tile index).
+        lo: tl.int32 = 0  # a tensor, not a constexpr: it is loop-carried
+        hi = num_seqs
+        while lo < hi:
+            mid = (lo + hi) // 2
+            start = tl.load(qsl_ptr + mid) // BLOCK_Q + mid
+            if start <= q_block:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo - 1
+
+    @triton.jit
+    def _attn_step(
+        acc,
+        m_i,
+        l_i,
+        q,
+        j,
+        kv_end,
+        q_abs,
+        bt_row_ptr,
+        k_cache_ptr,
+        v_cache_ptr,
+        head_off,
+        stride_cb,
+        stride_cs,
+        qk_scale,
+        offs_t,
+        offs_d,
+        HEAD_DIM: tl.constexpr,
+        EVEN_D: tl.constexpr,
+        BLOCK_SIZE: tl.constexpr,
+        TILE: tl.constexpr,
+        MASKED: tl.constexpr,
+        IEEE: tl.constexpr,
+    ):
+        pos = j * TILE + offs_t
+        if MASKED:
+            pos_ok = pos < kv_end
+            blk = tl.load(bt_row_ptr + pos // BLOCK_SIZE, mask=pos_ok, other=0).to(tl.int64)
+        else:
+            blk = tl.load(bt_row_ptr + pos // BLOCK_SIZE).to(tl.int64)
+        tok = blk * stride_cb + (pos % BLOCK_SIZE) * stride_cs + head_off
+        k_ptrs = k_cache_ptr + tok[None, :] + offs_d[:, None]  # [D, TILE]
+        v_ptrs = v_cache_ptr + tok[:, None] + offs_d[None, :]  # [TILE, D]
+        # Unmasked loads where we can: the full-visibility tiles with a power-of-two dim.
+        if MASKED:
+            if EVEN_D:
+                k = tl.load(k_ptrs, mask=pos_ok[None, :], other=0.0)
+                v = tl.load(v_ptrs, mask=pos_ok[:, None], other=0.0)
+            else:
+                d_ok = offs_d < HEAD_DIM
+                k = tl.load(k_ptrs, mask=pos_ok[None, :] & d_ok[:, None], other=0.0)
+                v = tl.load(v_ptrs, mask=pos_ok[:, None] & d_ok[None, :], other=0.0)
+        else:
+            if EVEN_D:
+                k = tl.load(k_ptrs)
+                v = tl.load(v_ptrs)
+            else:
+                d_ok = offs_d < HEAD_DIM
+                k = tl.load(k_ptrs, mask=d_ok[:, None], other=0.0)
+                v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
+        if IEEE:
+            s = tl.dot(q, k.to(q.dtype), input_precision="ieee")
+        else:
+            s = tl.dot(q, k.to(q.dtype))
+        s = s * qk_scale
+        if MASKED:
+            s = tl.where((pos[None, :] <= q_abs[:, None]) & pos_ok[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        # A row can be fully masked so far (split segments): keep exp2 away from -inf - -inf.
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.exp2(s - m_safe[:, None])
+        alpha = tl.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None]
+        if IEEE:
+            acc = tl.dot(p, v.to(tl.float32), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(p.to(q.dtype), v.to(q.dtype), acc)
+        return acc, m_new, l_i
+
+    @triton.jit
+    def _paged_attn_kernel(
+        out_ptr,
+        q_ptr,
+        k_cache_ptr,
+        v_cache_ptr,
+        block_table_ptr,
+        seq_lens_ptr,
+        qsl_ptr,
+        segm_acc_ptr,
+        segm_max_ptr,
+        segm_sum_ptr,
+        qk_scale,
+        out_scale,
+        num_seqs,
+        stride_qt,
+        stride_qh,
+        stride_ot,
+        stride_oh,
+        stride_cb,
+        stride_cs,
+        stride_ch,
+        stride_bt,
+        NUM_Q_HEADS: tl.constexpr,
+        G: tl.constexpr,
+        HEAD_DIM: tl.constexpr,
+        DIM_P: tl.constexpr,
+        BLOCK_SIZE: tl.constexpr,
+        TILE: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_Q: tl.constexpr,
+        NUM_SEGS: tl.constexpr,
+        SPLIT: tl.constexpr,
+        IEEE: tl.constexpr,
+    ):
+        # Reversed: the last query tiles see the most keys under the causal mask; start them
+        # first so the tail of the grid is the cheap tiles.
+        q_block = tl.num_programs(0) - 1 - tl.program_id(0)
+        kv_head = tl.program_id(1)
+        seg = tl.program_id(2)
+        seq = _find_seq(qsl_ptr, q_block, num_seqs, BLOCK_Q)
+        q_start = tl.load(qsl_ptr + seq)
+        q_len = tl.load(qsl_ptr + seq + 1) - q_start
+        local = q_block - (q_start // BLOCK_Q + seq)
+        if local * BLOCK_Q >= q_len:
+            return
+        seq_len = tl.load(seq_lens_ptr + seq)
+        ctx_len = seq_len - q_len
+
+        offs_m = tl.arange(0, BLOCK_M)
+        offs_d = tl.arange(0, DIM_P)
+        offs_t = tl.arange(0, TILE)
+        q_pos = local * BLOCK_Q + offs_m // G
+        head = kv_head * G + offs_m % G
+        row_ok = (q_pos < q_len) & (offs_m < BLOCK_Q * G)
+        q_abs = ctx_len + q_pos
+        tok = (q_start + q_pos).to(tl.int64)
+        d_ok = offs_d < HEAD_DIM
+        io_mask = row_ok[:, None] & d_ok[None, :]
+        q = tl.load(
+            q_ptr + tok[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
+            mask=io_mask,
+            other=0.0,
+        )
+
+        # Keys this tile of queries may see, and the prefix every one of its rows sees.
+        kv_end = tl.minimum(seq_len, ctx_len + (local + 1) * BLOCK_Q)
+        n_tiles = tl.cdiv(kv_end, TILE)
+        n_full = (ctx_len + local * BLOCK_Q + 1) // TILE
+        lo = 0
+        hi = n_tiles
+        if SPLIT:
+            per_seg = tl.cdiv(tl.cdiv(seq_len, TILE), NUM_SEGS)
+            lo = seg * per_seg
+            hi = tl.minimum(lo + per_seg, n_tiles)
+        mid = tl.minimum(tl.maximum(n_full, lo), hi)
+
+        bt_row_ptr = block_table_ptr + seq.to(tl.int64) * stride_bt
+        head_off = kv_head * stride_ch
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_M, DIM_P], dtype=tl.float32)
+        for j in range(lo, mid):
+            acc, m_i, l_i = _attn_step(
+                acc, m_i, l_i, q, j, kv_end, q_abs, bt_row_ptr, k_cache_ptr, v_cache_ptr,
+                head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d,
+                HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, False, IEEE,
+            )  # fmt: skip
+        for j in range(mid, hi):
+            acc, m_i, l_i = _attn_step(
+                acc, m_i, l_i, q, j, kv_end, q_abs, bt_row_ptr, k_cache_ptr, v_cache_ptr,
+                head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d,
+                HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, True, IEEE,
+            )  # fmt: skip
+
+        if SPLIT:
+            # Partials: [T, Hq, NUM_SEGS(, DIM_P)]; an empty segment leaves max = -inf.
+            row = (tok * NUM_Q_HEADS + head) * NUM_SEGS + seg
+            tl.store(segm_max_ptr + row, m_i, mask=row_ok)
+            tl.store(segm_sum_ptr + row, l_i, mask=row_ok)
+            tl.store(
+                segm_acc_ptr + row[:, None] * DIM_P + offs_d[None, :],
+                acc,
+                mask=row_ok[:, None] & (hi > lo),
+            )
+        else:
+            acc = acc * (out_scale / l_i)[:, None]
+            tl.store(
+                out_ptr + tok[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
+                acc.to(out_ptr.dtype.element_ty),
+                mask=io_mask,
+            )
+
+    @triton.jit
+    def _merge_segments_kernel(
+        out_ptr,
+        segm_acc_ptr,
+        segm_max_ptr,
+        segm_sum_ptr,
+        out_scale,
+        stride_ot,
+        stride_oh,
+        NUM_Q_HEADS: tl.constexpr,
+        HEAD_DIM: tl.constexpr,
+        DIM_P: tl.constexpr,
+        NUM_SEGS: tl.constexpr,
+        SEGS_P: tl.constexpr,
+    ):
+        t = tl.program_id(0).to(tl.int64)
+        h = tl.program_id(1)
+        offs_s = tl.arange(0, SEGS_P)
+        offs_d = tl.arange(0, DIM_P)
+        row = (t * NUM_Q_HEADS + h) * NUM_SEGS + offs_s
+        s_ok = offs_s < NUM_SEGS
+        m = tl.load(segm_max_ptr + row, mask=s_ok, other=float("-inf"))
+        m_max = tl.max(m, axis=0)
+        live = s_ok & (m > float("-inf"))
+        w = tl.where(live, tl.exp2(m - m_max), 0.0)
+        ssum = tl.sum(tl.load(segm_sum_ptr + row, mask=live, other=0.0) * w, axis=0)
+        acc = tl.load(
+            segm_acc_ptr + row[:, None] * DIM_P + offs_d[None, :],
+            mask=live[:, None],
+            other=0.0,
+        )
+        acc = tl.sum(acc * w[:, None], axis=0)
+        # ssum == 0 only for rows outside every sequence (graph padding): write zeros there.
+        res = acc * (out_scale / tl.where(ssum > 0.0, ssum, float("inf")))
+        tl.store(
+            out_ptr + t * stride_ot + h * stride_oh + offs_d,
+            res.to(out_ptr.dtype.element_ty),
+            mask=offs_d < HEAD_DIM,
+        )
+
+
+def paged_attention(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_table: torch.Tensor,
+    scale: float,
+    *,
+    max_query_len: int,
+    max_seq_len: int,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+    out: torch.Tensor | None = None,
+    num_splits: int | None = None,
+    config: AttnConfig | None = None,
+) -> torch.Tensor:
+    """Causal attention of q [T, Hq, D] over the paged cache; returns out [T, Hq, D].
+
+    query_start_loc [B+1] int32 (non-decreasing; padded sequences have zero queries),
+    seq_lens [B] int32, block_table [B, >= ceil(seq_len / block_size)] int32 — all device
+    tensors. max_query_len / max_seq_len are host ints used only to pick the config (upper
+    bounds are fine). num_splits: None = heuristic, 1 = never split, n > 1 = n segments.
+    For an fp8 cache, k_scale / v_scale dequantize it (folded into the softmax / output).
+    """
+    t, hq, d = q.shape
+    _, _, bs, hkv, dc = kv_cache.shape
+    assert dc == d and hq % hkv == 0, (q.shape, kv_cache.shape)
+    assert q.stride(2) == 1 and kv_cache.stride(4) == 1
+    if out is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # dense even if q is a view
+    num_seqs = seq_lens.shape[0]
+    if t == 0 or num_seqs == 0:
+        return out
+    cfg = config or select_config(
+        hq, hkv, d, num_seqs, max_query_len, max_seq_len, num_sms(q.device), num_splits
+    )
+    g = hq // hkv
+    block_q = cfg.block_m // g
+    assert block_q >= 1, "block_m must cover the GQA group"
+    dim_p = max(16, _pow2(d))
+    n_q_blocks = t // block_q + num_seqs
+    split = cfg.num_splits > 1
+    if kv_cache.dtype != FP8_DTYPE:
+        k_scale = v_scale = 1.0
+    kc, vc = kv_cache[0], kv_cache[1]
+    if split:
+        segm_acc = torch.empty((t, hq, cfg.num_splits, dim_p), dtype=torch.float32, device=q.device)
+        segm_max = torch.empty((t, hq, cfg.num_splits), dtype=torch.float32, device=q.device)
+        segm_sum = torch.empty_like(segm_max)
+    else:
+        segm_acc = segm_max = segm_sum = out  # never touched; any pointer will do
+    _paged_attn_kernel[(n_q_blocks, hkv, cfg.num_splits)](
+        out,
+        q,
+        kc,
+        vc,
+        block_table,
+        seq_lens,
+        query_start_loc,
+        segm_acc,
+        segm_max,
+        segm_sum,
+        float(scale * k_scale * LOG2E),
+        float(v_scale),
+        num_seqs,
+        q.stride(0),
+        q.stride(1),
+        out.stride(0),
+        out.stride(1),
+        kc.stride(0),
+        kc.stride(1),
+        kc.stride(2),
+        block_table.stride(0),
+        NUM_Q_HEADS=hq,
+        G=g,
+        HEAD_DIM=d,
+        DIM_P=dim_p,
+        BLOCK_SIZE=bs,
+        TILE=cfg.tile,
+        BLOCK_M=cfg.block_m,
+        BLOCK_Q=block_q,
+        NUM_SEGS=cfg.num_splits,
+        SPLIT=split,
+        IEEE=q.dtype == torch.float32,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+    if split:
+        _merge_segments_kernel[(t, hq)](
+            out,
+            segm_acc,
+            segm_max,
+            segm_sum,
+            float(v_scale),
+            out.stride(0),
+            out.stride(1),
+            NUM_Q_HEADS=hq,
+            HEAD_DIM=d,
+            DIM_P=dim_p,
+            NUM_SEGS=cfg.num_splits,
+            SEGS_P=_pow2(cfg.num_splits),
+            num_warps=4 if dim_p >= 128 else 2,
+        )
+    return out
+
+
+def paged_attention_ref(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    query_lens: list[int],
+    seq_lens: list[int],
+    block_table: torch.Tensor,
+    scale: float,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+) -> torch.Tensor:
+    """Torch reference from host lengths (fp8 caches dequantized with the scales)."""
+    _, _, bs, hkv, d = kv_cache.shape
+    hq = q.shape[1]
+    out = torch.zeros_like(q)
+    fp8 = kv_cache.dtype == FP8_DTYPE
+    raw = kv_cache.view(torch.uint8) if fp8 else kv_cache  # no fp8 gather on CPU
+    start = 0
+    for i, (qlen, slen) in enumerate(zip(query_lens, seq_lens, strict=True)):
+        if qlen == 0:
+            continue
+        nblk = -(-slen // bs)
+        bt = block_table[i, :nblk].long()
+        kk, vv = (raw[i][bt].reshape(nblk * bs, hkv, d)[:slen] for i in (0, 1))
+        if fp8:
+            kk, vv = kk.view(FP8_DTYPE), vv.view(FP8_DTYPE)
+        kk, vv = kk.float() * k_scale, vv.float() * v_scale
+        kk = kk.repeat_interleave(hq // hkv, dim=1).transpose(0, 1)  # [Hq, S, D]
+        vv = vv.repeat_interleave(hq // hkv, dim=1).transpose(0, 1)
+        qq = q[start : start + qlen].float().transpose(0, 1)  # [Hq, L, D]
+        s = (qq @ kk.transpose(1, 2)) * scale
+        qpos = torch.arange(slen - qlen, slen, device=q.device)[:, None]
+        s = s.masked_fill(torch.arange(slen, device=q.device)[None, :] > qpos, float("-inf"))
+        out[start : start + qlen] = (s.softmax(-1) @ vv).transpose(0, 1).to(q.dtype)
+        start += qlen
+    return out
+
+
+def interpreter_active() -> bool:
+    """True when the kernels were built for the Triton interpreter (so CPU tensors work).
+
+    Decided at import time by TRITON_INTERPRET, hence checked on the kernel object itself.
+    """
+    return HAS_TRITON and type(_paged_attn_kernel).__name__ == "InterpretedFunction"
