@@ -55,7 +55,7 @@ class ModelRunner:
             hf_config,
             model_folder,
             config.model.load_format,
-            TorchPagedAttention,
+            select_attention_backend(config),
             self.device,
             self.dtype,
             config.model.seed,
