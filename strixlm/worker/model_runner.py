@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import torch
 
 from strixlm.config import EngineConfig
@@ -19,12 +20,13 @@ from strixlm.engine.request import TokenLogprob
 from strixlm.layers.attention.backend import AttentionBackend, kv_cache_shape
 from strixlm.layers.attention.torch_paged import TorchPagedAttention
 from strixlm.models.loader import load_model
-from strixlm.sample.metadata import SamplingMetadata, SamplingRow
+from strixlm.sample.metadata import SamplingMetadata
 from strixlm.sample.sampler import Sampler, SamplerOutput
 from strixlm.sample.triton_sampler import TritonSampler
 from strixlm.worker.cuda_graphs import DecodeGraphs, capture_sizes
 from strixlm.worker.input_batch import InputBuffers, gather_inputs
 from strixlm.worker.model_states.default import DefaultModelState
+from strixlm.worker.sampling_table import SamplingTable
 from strixlm.worker.states import RequestStateTable
 
 logger = logging.getLogger(__name__)
@@ -145,6 +147,7 @@ class ModelRunner:
         )
         max_tokens = max(sc.max_num_batched_tokens, sc.max_num_seqs)
         self.buffers = InputBuffers(max_tokens, sc.max_num_seqs, self.device)
+        self.sampling = SamplingTable(sc.max_num_seqs + 1, self.vocab_size, self.device)
 
     def capture_cuda_graphs(self) -> None:
         """Decode graphs need the device-only Triton attention; else steps run eagerly."""
@@ -175,7 +178,10 @@ class ModelRunner:
         ]
         for cached in sched.cached_reqs:
             table.append_blocks(table.rows[cached.request_id], cached.new_block_ids)
+        for row in new_rows:
+            self.sampling.add(row, table.info[row])
         table.flush(new_rows)
+        self.sampling.flush()
         return new_rows
 
     @torch.inference_mode()
@@ -226,35 +232,11 @@ class ModelRunner:
 
     def _sampling_metadata(self, rows: list[int], rows_dev: torch.Tensor) -> SamplingMetadata:
         table = self.table
-        recs = []
-        for row in rows:
-            info = table.info[row]
-            sp = info.params
-            n = int(table.num_tokens_cpu[row])
-            suppress: list[int] = []
-            if n - info.prompt_len < sp.min_tokens:
-                suppress = list(sp.stop_token_ids)
-                if info.eos_token_id is not None and not sp.ignore_eos:
-                    suppress.append(info.eos_token_id)
-            recs.append(
-                SamplingRow(
-                    temperature=sp.temperature, top_k=sp.top_k, top_p=sp.top_p, min_p=sp.min_p,
-                    seed=info.seed, position=n,
-                    presence_penalty=sp.presence_penalty,
-                    frequency_penalty=sp.frequency_penalty,
-                    repetition_penalty=sp.repetition_penalty,
-                    prompt_len=info.prompt_len, suppress_token_ids=suppress,
-                    num_logprobs=sp.logprobs,
-                )
-            )  # fmt: skip
-        md = SamplingMetadata.build(recs, self.device, self.vocab_size)
-        if not md.no_penalties:
-            # The token history is already on the device: gather it rather than send it.
-            lens = table.num_tokens_cpu[rows]
-            md.token_ids = table.token_ids[rows_dev.long(), : int(lens.max())].long()
-            md.seq_lens = self._to_device(lens.tolist()).long()
-            md.prompt_lens = self._to_device([table.info[r].prompt_len for r in rows]).long()
-        return md
+        rows_np = np.asarray(rows)
+        suppress = self.sampling.suppressed(rows_np, table.num_tokens_cpu, table.info)
+        return self.sampling.metadata(
+            rows_np, rows_dev, table.num_tokens, table.num_tokens_cpu, table.token_ids, suppress
+        )
 
     def _post_update(
         self, rows: list[int], out: SamplerOutput
