@@ -73,6 +73,8 @@ class EngineConfig:
     log_stats_interval_s: float = 10.0
     # CUDA graphs for decode steps; --enforce-eager turns them off.
     enforce_eager: bool = False
+    # Plan step N+1 on the host while the device runs step N.
+    async_scheduling: bool = True
     attention_backend: str = "auto"  # auto (triton on CUDA, torch on CPU) | torch | triton
 
     def __post_init__(self) -> None:

@@ -141,3 +141,21 @@ def test_bad_params_are_rejected_clearly(llm):
     # The engine still works and holds no blocks after rejections.
     assert llm.engine.core.kv_manager.usage == 0.0
     assert _gen(llm, [PROMPT], SamplingParams(max_tokens=2))[0].finished
+
+
+def test_async_and_sync_scheduling_agree(tiny_llama_dir):
+    """Planning step N+1 before step N's tokens are known changes nothing, also through
+    preemption (tight pool), stop strings and random sampling with engine-assigned seeds."""
+    prompts = [PROMPT] + OTHERS * 2
+    params = [SamplingParams(temperature=0.8, max_tokens=12, seed=i, stop=[" the"])
+              for i in range(len(prompts))]
+    outs = {}
+    for mode in (True, False):
+        llm = LLM(tiny_llama_dir, device="cpu", dtype="float32", max_model_len=512,
+                  block_size=4, num_gpu_blocks_override=24, max_num_batched_tokens=16,
+                  async_scheduling=mode)
+        res = _gen(llm, prompts, params)
+        assert llm.engine.core.scheduler.num_preemptions > 0
+        assert llm.engine.core.kv_manager.usage == 0.0
+        outs[mode] = [(o.outputs[0].token_ids, o.outputs[0].text) for o in res]
+    assert outs[True] == outs[False]

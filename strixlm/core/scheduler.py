@@ -118,9 +118,11 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
-            n = min(req.num_tokens - req.num_computed_tokens, budget)
+            pending = req.num_output_placeholders
+            n = min(req.num_tokens + pending - req.num_computed_tokens, budget)
             n = min(n, self.max_model_len - req.num_computed_tokens)
-            if n <= 0:
+            if n <= 0 or req.num_output_tokens + pending >= req.max_tokens:
+                # Nothing to compute, or its last token is already on its way.
                 i += 1
                 continue
             before = [list(b) for b in self.kv.blocks_of(req.request_id)]
@@ -136,6 +138,7 @@ class Scheduler:
                 out.cached_reqs.append(CachedRequestData(req.request_id, new_ids))
                 out.num_scheduled_tokens[req.request_id] = n
                 req.num_computed_tokens += n
+                self._expect_sample(req)
                 budget -= n
                 i += 1
 
@@ -166,13 +169,23 @@ class Scheduler:
             )
             out.num_scheduled_tokens[req.request_id] = n
             req.num_computed_tokens = num_hit_tokens + n
+            self._expect_sample(req)
             budget -= n
         return out
+
+    @staticmethod
+    def _expect_sample(req: Request) -> None:
+        """A step that reaches the end of the known tokens samples one more."""
+        if req.num_computed_tokens == req.num_tokens + req.num_output_placeholders:
+            req.num_output_placeholders += 1
 
     def _preempt(self, req: Request, out: SchedulerOutput) -> None:
         self.kv.free(req)
         req.status = RequestStatus.PREEMPTED
         req.num_computed_tokens = 0
+        # A token still in flight for it is dropped; the stateless sampler redraws the
+        # same one when the request runs again.
+        req.num_output_placeholders = 0
         req.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting.appendleft(req)
@@ -190,7 +203,8 @@ class Scheduler:
         for rid, token in sampled.items():
             req = self.requests.get(rid)
             if req is None or req.status != RequestStatus.RUNNING:
-                continue  # aborted while the step ran
+                continue  # aborted or preempted while the step ran
+            req.num_output_placeholders -= 1
             req.append_token(token)
             status = self._check_stop(req, token)
             lp = [logprobs[rid]] if logprobs and rid in logprobs else None

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 
 from strixlm.config import EngineConfig
 from strixlm.core.kv_cache_manager import KVCacheManager
-from strixlm.core.scheduler import Scheduler, SchedulerStats
+from strixlm.core.scheduler import Scheduler, SchedulerOutput, SchedulerStats
 from strixlm.engine.model_info import ModelInfo
 from strixlm.engine.request import EngineCoreOutput, Request, RequestStatus
 from strixlm.worker.model_runner import ModelRunner
+from strixlm.worker.step_result import StepHandle
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ class EngineCore:
         )
         self.scheduler = Scheduler(config.scheduler, self.kv_manager, info.max_model_len)
         self.num_blocks = num_blocks
+        self._in_flight: tuple[SchedulerOutput, StepHandle] | None = None
         logger.info(
             "engine ready in %.1fs: %s on %s (%s), %d KV blocks of %d tokens (%.2f GiB)",
             time.perf_counter() - t0,
@@ -63,11 +65,21 @@ class EngineCore:
         self.scheduler.finish_requests(request_ids, RequestStatus.FINISHED_ABORTED)
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished()
+        return self.scheduler.has_unfinished() or self._in_flight is not None
 
     def step(self) -> tuple[list[EngineCoreOutput], StepStats]:
+        """Plan and launch a step, then take in the results of the previous one (async
+        scheduling: the host plans step N+1 while the GPU runs step N), or of this one."""
         sched = self.scheduler.schedule()
-        sampled, logprobs = self.runner.execute(sched)
+        handle = self.runner.execute(sched)
+        if self.config.async_scheduling:
+            done, self._in_flight = self._in_flight, None
+            if not sched.is_empty:
+                self._in_flight = (sched, handle)
+            if done is None:
+                return [], StepStats(self.scheduler.stats(), 0, 0, self.num_blocks)
+            sched, handle = done
+        sampled, logprobs = handle.result()
         outputs = self.scheduler.update_from_output(sched, sampled, logprobs)
         num_prompt = sched.total_num_scheduled_tokens - len(sampled)
         stats = StepStats(self.scheduler.stats(), num_prompt, len(sampled), self.num_blocks)

@@ -118,6 +118,9 @@ class Request:
         self.output_token_ids: list[int] = []
         self.all_token_ids: list[int] = list(self.prompt_token_ids)
         self.num_computed_tokens = 0
+        # Tokens sampled by launched steps whose values the host has not seen yet (async
+        # scheduling plans step N+1 before step N's token arrives; at most one).
+        self.num_output_placeholders = 0
         self.num_cached_tokens = -1  # prefix-cache hit length at first scheduling
         self.num_preemptions = 0
         self.stop_reason: int | str | None = None

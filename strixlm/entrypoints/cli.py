@@ -65,6 +65,12 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--served-model-name", default=None)
     p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
+    p.add_argument(
+        "--async-scheduling",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="plan the next step while the device runs this one",
+    )
     p.add_argument("--attention-backend", default="auto", choices=["auto", "torch", "triton"])
     p.add_argument("--skip-tokenizer-init", action="store_true")
 
@@ -97,6 +103,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
             ),
             device=args.device,
             enforce_eager=args.enforce_eager,
+            async_scheduling=args.async_scheduling,
             attention_backend=args.attention_backend,
         )
     except ValueError as e:

@@ -42,6 +42,7 @@ class LLM:
         skip_tokenizer_init: bool = False,
         enforce_eager: bool = False,
         attention_backend: str = "auto",
+        async_scheduling: bool = True,
     ) -> None:
         config = EngineConfig(
             model=ModelConfig(
@@ -68,6 +69,7 @@ class LLM:
             device=device,
             enforce_eager=enforce_eager,
             attention_backend=attention_backend,
+            async_scheduling=async_scheduling,
         )
         self.engine = LLMEngine(config)
 

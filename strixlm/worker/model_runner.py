@@ -16,18 +16,18 @@ import torch
 from strixlm.config import EngineConfig
 from strixlm.core.kv_cache_manager import KVCacheGroupSpec
 from strixlm.core.scheduler import SchedulerOutput
-from strixlm.engine.request import TokenLogprob
 from strixlm.layers.attention.backend import AttentionBackend, kv_cache_shape
 from strixlm.layers.attention.torch_paged import TorchPagedAttention
 from strixlm.models.loader import load_model
 from strixlm.sample.metadata import SamplingMetadata
-from strixlm.sample.sampler import Sampler, SamplerOutput
+from strixlm.sample.sampler import Sampler
 from strixlm.sample.triton_sampler import TritonSampler
 from strixlm.worker.cuda_graphs import DecodeGraphs, capture_sizes
 from strixlm.worker.input_batch import InputBuffers, gather_inputs
 from strixlm.worker.model_states.default import DefaultModelState
 from strixlm.worker.sampling_table import SamplingTable
 from strixlm.worker.states import RequestStateTable
+from strixlm.worker.step_result import StepHandle
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ class ModelRunner:
             new_reqs=[NewRequestData(req, [list(range(1, nblk))], 0)],
             num_scheduled_tokens={"__profile__": n},
         )
-        self.execute(sched)
+        self.execute(sched).result()
         # Logits of a full batch of sequences is the other large transient.
         h = torch.zeros(
             self.config.scheduler.max_num_seqs,
@@ -185,10 +185,11 @@ class ModelRunner:
         return new_rows
 
     @torch.inference_mode()
-    def execute(self, sched: SchedulerOutput) -> tuple[dict[str, int], dict[str, TokenLogprob]]:
+    def execute(self, sched: SchedulerOutput) -> StepHandle:
+        """Launch one step; the handle yields its sampled tokens when they reach the host."""
         self._update_states(sched)
         if sched.is_empty:
-            return {}, {}
+            return StepHandle([], [], None)
         rids = list(sched.num_scheduled_tokens)
         counts = [sched.num_scheduled_tokens[r] for r in rids]
         padded = None
@@ -208,21 +209,22 @@ class ModelRunner:
             md = self.model_state.prepare(self.table, batch)
             hidden = self.model(batch.input_ids, batch.positions, md)
             if not idx:
-                return {}, {}
+                return StepHandle([], [], None)
             if all_sample:
                 idx_dev = batch.query_start_loc[1 : batch.num_reqs + 1] - 1
             else:
                 idx_dev = self._to_device(idx)
             logits = self.model.compute_logits(hidden[idx_dev.long()])
         if not idx:
-            return {}, {}
+            return StepHandle([], [], None)
         if all_sample:
             rows_dev = batch.rows_dev[: batch.num_reqs]
         else:
             rows_dev = self._to_device(sample_rows)
         out = self.sampler(logits, self._sampling_metadata(sample_rows, rows_dev))
         self.table.append_sampled(sample_rows, rows_dev, out.sampled_token_ids)
-        return self._post_update(sample_rows, out)
+        infos = [self.table.info[r] for r in sample_rows]
+        return StepHandle([i.request_id for i in infos], [i.params.logprobs for i in infos], out)
 
     def _to_device(self, values: list[int]) -> torch.Tensor:
         t = torch.tensor(values, dtype=torch.int32)
@@ -237,25 +239,3 @@ class ModelRunner:
         return self.sampling.metadata(
             rows_np, rows_dev, table.num_tokens, table.num_tokens_cpu, table.token_ids, suppress
         )
-
-    def _post_update(
-        self, rows: list[int], out: SamplerOutput
-    ) -> tuple[dict[str, int], dict[str, TokenLogprob]]:
-        table = self.table
-        tokens = out.sampled_token_ids.tolist()  # the step's one device->host copy
-        sampled: dict[str, int] = {}
-        logprobs: dict[str, TokenLogprob] = {}
-        lp = out.logprobs
-        if lp is not None:
-            s_lp = lp.sampled_logprobs.tolist()
-            s_rank = lp.sampled_ranks.tolist()
-            top_ids = lp.top_ids.tolist()
-            top_lp = lp.top_logprobs.tolist()
-        for i, (row, tok) in enumerate(zip(rows, tokens, strict=True)):
-            info = table.info[row]
-            sampled[info.request_id] = tok
-            k = info.params.logprobs
-            if k is not None and lp is not None:
-                top = list(zip(top_ids[i][:k], top_lp[i][:k], strict=True))
-                logprobs[info.request_id] = TokenLogprob(tok, s_lp[i], s_rank[i], top)
-        return sampled, logprobs

@@ -1,0 +1,64 @@
+"""A launched step's sampled tokens, on their way to the host without blocking the launch.
+
+The sampled ids (and logprobs, when asked for) are copied into pinned host memory with
+non-blocking copies right after the sampler, and an event marks their arrival. The engine
+waits on that event only when it needs the tokens, one step later under async scheduling.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from strixlm.engine.request import TokenLogprob
+from strixlm.sample.sampler import SamplerOutput
+
+
+def _to_host(t: torch.Tensor) -> torch.Tensor:
+    if not t.is_cuda:
+        return t
+    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    host.copy_(t, non_blocking=True)
+    return host
+
+
+class StepHandle:
+    def __init__(
+        self,
+        request_ids: list[str],
+        num_logprobs: list[int | None],
+        out: SamplerOutput | None,
+    ) -> None:
+        # Request ids are captured at launch: a row may belong to another request by the
+        # time the result is read.
+        self.request_ids = request_ids
+        self.num_logprobs = num_logprobs
+        self.event: torch.cuda.Event | None = None
+        self.tokens = self.lp = None
+        if out is None:
+            return
+        self.tokens = _to_host(out.sampled_token_ids)
+        lp = out.logprobs
+        if lp is not None:
+            self.lp = tuple(
+                _to_host(x)
+                for x in (lp.sampled_logprobs, lp.sampled_ranks, lp.top_ids, lp.top_logprobs)
+            )
+        if out.sampled_token_ids.is_cuda:
+            self.event = torch.cuda.Event()
+            self.event.record()
+
+    def result(self) -> tuple[dict[str, int], dict[str, TokenLogprob]]:
+        if self.tokens is None:
+            return {}, {}
+        if self.event is not None:
+            self.event.synchronize()
+        tokens = self.tokens.tolist()
+        sampled = dict(zip(self.request_ids, tokens, strict=True))
+        logprobs: dict[str, TokenLogprob] = {}
+        if self.lp is not None:
+            s_lp, s_rank, top_ids, top_lp = (x.tolist() for x in self.lp)
+            for i, (rid, k) in enumerate(zip(self.request_ids, self.num_logprobs, strict=True)):
+                if k is not None:
+                    top = list(zip(top_ids[i][:k], top_lp[i][:k], strict=True))
+                    logprobs[rid] = TokenLogprob(tokens[i], s_lp[i], s_rank[i], top)
+        return sampled, logprobs
