@@ -147,13 +147,22 @@ def test_async_and_sync_scheduling_agree(tiny_llama_dir):
     """Planning step N+1 before step N's tokens are known changes nothing, also through
     preemption (tight pool), stop strings and random sampling with engine-assigned seeds."""
     prompts = [PROMPT] + OTHERS * 2
-    params = [SamplingParams(temperature=0.8, max_tokens=12, seed=i, stop=[" the"])
-              for i in range(len(prompts))]
+    params = [
+        SamplingParams(temperature=0.8, max_tokens=12, seed=i, stop=[" the"])
+        for i in range(len(prompts))
+    ]
     outs = {}
     for mode in (True, False):
-        llm = LLM(tiny_llama_dir, device="cpu", dtype="float32", max_model_len=512,
-                  block_size=4, num_gpu_blocks_override=24, max_num_batched_tokens=16,
-                  async_scheduling=mode)
+        llm = LLM(
+            tiny_llama_dir,
+            device="cpu",
+            dtype="float32",
+            max_model_len=512,
+            block_size=4,
+            num_gpu_blocks_override=24,
+            max_num_batched_tokens=16,
+            async_scheduling=mode,
+        )
         res = _gen(llm, prompts, params)
         assert llm.engine.core.scheduler.num_preemptions > 0
         assert llm.engine.core.kv_manager.usage == 0.0
