@@ -4,7 +4,9 @@
 
 strixlm is timed through the offline LLM API (construction excluded, a few warm-up requests
 first); with --compare hf, HF transformers runs the same requests next (see hf_peer.py for its
-configuration) and the ratio of output tok/s is reported. Prints a table and writes JSON.
+configuration) and the ratio of output tok/s is reported. Beside it, the workload's memory
+floor on this device (memory_floor.py: bytes the schedule must move over the measured copy
+bandwidth) and the fraction of it strixlm achieved. Prints a table and writes JSON.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig
 
+from strixlm.benchmarks.memory_floor import measure_copy_bandwidth, workload_floor
 from strixlm.benchmarks.workload import (
     DEFAULT_INPUT_LEN_RANGE,
     DEFAULT_NUM_PROMPTS,
@@ -220,6 +223,12 @@ def format_table(result: dict) -> str:
         f"{w['input_len_range']}, output {w['output_len_range']}, seed {w['seed']}",
         *lines,
     ]
+    if (mf := result.get("memory_floor")) and "floor_output_tok_s" in mf:
+        out.append(
+            f"memory floor: {mf['floor_output_tok_s']:,.0f} output tok/s ({mf['bytes'] / 1e9:,.1f}"
+            f" GB moved at {mf['bandwidth'] / 1e12:.2f} TB/s measured copy bandwidth)"
+        )
+        out.append(f"achieved: {100 * mf['achieved_fraction']:.1f}% of the floor")
     if "ratio" in result:
         ratio = "n/a" if result["ratio"] is None else f"{result['ratio']:.2f}x"
         note = ""
@@ -235,6 +244,40 @@ def format_table(result: dict) -> str:
             f"requests (first diff at {g['first_diff']})"
         )
     return "\n".join(out)
+
+
+def memory_floor(
+    args: argparse.Namespace,
+    hf_config,
+    dtype: torch.dtype,
+    device: str,
+    workload: Workload,
+    ours: RunResult,
+) -> dict:
+    """The workload's memory floor at the copy bandwidth measured on `device` (after the run,
+    so the engine's memory is free), and the fraction of it strixlm achieved. The KV cache
+    has the model's dtype. A model the floor does not cover gets {"error": ...}, not a crash.
+    """
+    try:
+        bandwidth = measure_copy_bandwidth(device)
+        reqs = [(len(p), o) for p, o in zip(workload.prompts, workload.output_lens, strict=True)]
+        itemsize = dtype.itemsize
+        floor = workload_floor(
+            hf_config,
+            itemsize,
+            itemsize,
+            reqs,
+            args.max_num_seqs,
+            bandwidth,
+            args.max_num_batched_tokens,
+        )
+    except (NotImplementedError, AttributeError, RuntimeError, ValueError) as e:
+        logger.warning("memory floor not computed: %s", e)
+        return {"error": str(e)}
+    floor["dtype_bytes"] = floor["kv_dtype_bytes"] = itemsize
+    floor["achieved_fraction"] = ours.output_tok_s / floor["floor_output_tok_s"]
+    floor["model"] = "memory_floor.workload_floor: weights once per step + KV read/write"
+    return floor
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -274,6 +317,7 @@ def run(args: argparse.Namespace) -> dict:
     result["strixlm"] = ours.to_dict(SAMPLE)
     if bad := ours.check_lengths(workload.output_lens):
         logger.warning("strixlm: %d requests did not produce their output length", len(bad))
+    result["memory_floor"] = memory_floor(args, hf_config, dtype, device, workload, ours)
     if args.compare == "hf":
         from strixlm.benchmarks.hf_peer import run_hf_peer
 

@@ -55,6 +55,10 @@ class KVCacheManager:
     def usage(self) -> float:
         return self.pool.usage
 
+    def num_blocks_of(self, request_id: str) -> list[int]:
+        blocks = self.req_blocks.get(request_id)
+        return [len(b) for b in blocks] if blocks else [0] * len(self.groups)
+
     def blocks_of(self, request_id: str) -> list[list[int]]:
         return self.req_blocks.get(request_id) or [[] for _ in self.groups]
 
@@ -95,6 +99,12 @@ class KVCacheManager:
         cur = self.req_blocks.get(rid)
         if cur is None:
             cur = [[] for _ in self.groups]
+        elif new_computed_blocks is None:
+            # Decode fast path: the new tokens fit in the blocks the request already has.
+            total = request.num_computed_tokens + num_new_tokens
+            if all(len(c) * self.block_size >= total for c in cur):
+                self._cache_full_blocks(request, total)
+                return True
         hit_blocks = new_computed_blocks or [[] for _ in self.groups]
         num_hit_tokens = len(hit_blocks[0]) * self.block_size
         total_tokens = request.num_computed_tokens + num_hit_tokens + num_new_tokens
@@ -122,9 +132,11 @@ class KVCacheManager:
     def _cache_full_blocks(self, request: Request, num_known_tokens: int) -> None:
         if not self.enable_caching:
             return
-        update_block_hashes(request, self.block_size)
         rid = request.request_id
         done = self.num_cached_blocks.get(rid, 0)
+        if min(num_known_tokens, request.num_tokens) // self.block_size <= done:
+            return  # no block has filled up since the last call
+        update_block_hashes(request, self.block_size)
         upto = min(num_known_tokens // self.block_size, len(request.block_hashes))
         for gid, blocks in enumerate(self.req_blocks[rid]):
             for i in range(done, upto):

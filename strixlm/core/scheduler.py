@@ -125,7 +125,7 @@ class Scheduler:
                 # Nothing to compute, or its last token is already on its way.
                 i += 1
                 continue
-            before = [list(b) for b in self.kv.blocks_of(req.request_id)]
+            before = self.kv.num_blocks_of(req.request_id)
             while not self.kv.allocate_slots(req, n):
                 victim = self.running.pop()
                 self._preempt(victim, out)
@@ -134,7 +134,7 @@ class Scheduler:
                     break
             else:
                 after = self.kv.blocks_of(req.request_id)
-                new_ids = [a[len(b) :] for a, b in zip(after, before, strict=True)]
+                new_ids = [a[b:] for a, b in zip(after, before, strict=True)]
                 out.cached_reqs.append(CachedRequestData(req.request_id, new_ids))
                 out.num_scheduled_tokens[req.request_id] = n
                 req.num_computed_tokens += n
