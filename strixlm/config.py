@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -89,6 +89,28 @@ class EngineConfig:
             raise ValueError("--attention-backend must be auto, torch or triton")
         if self.scheduler.max_num_batched_tokens <= 0:
             raise ValueError("--max-num-batched-tokens must be positive")
+
+    @classmethod
+    def from_flat(cls, **kwargs) -> EngineConfig:
+        """Build from flat keyword arguments named like the sub-configs' fields (the shape
+        of CLI flags and of LLM(...) keywords); an unknown name is an error."""
+        parts: dict[str, dict] = {"model": {}, "cache": {}, "scheduler": {}, "engine": {}}
+        owners = {
+            **{f.name: "model" for f in fields(ModelConfig)},
+            **{f.name: "cache" for f in fields(CacheConfig)},
+            **{f.name: "scheduler" for f in fields(SchedulerConfig)},
+            **{f.name: "engine" for f in fields(cls) if f.name not in parts},
+        }
+        for key, value in kwargs.items():
+            if key not in owners:
+                raise TypeError(f"unknown engine option {key!r}")
+            parts[owners[key]][key] = value
+        return cls(
+            model=ModelConfig(**parts["model"]),
+            cache=CacheConfig(**parts["cache"]),
+            scheduler=SchedulerConfig(**parts["scheduler"]),
+            **parts["engine"],
+        )
 
     @property
     def torch_dtype(self) -> torch.dtype:

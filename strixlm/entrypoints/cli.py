@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from strixlm.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig
+from strixlm.config import EngineConfig
 
 
 class CLIError(Exception):
@@ -78,29 +78,23 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
 def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
     model = args.model_flag or args.model
     try:
-        return EngineConfig(
-            model=ModelConfig(
-                model=model,
-                tokenizer=args.tokenizer,
-                dtype=args.dtype,
-                max_model_len=args.max_model_len,
-                load_format=args.load_format,
-                seed=args.seed,
-                served_model_name=args.served_model_name,
-                skip_tokenizer_init=args.skip_tokenizer_init,
-            ),
-            cache=CacheConfig(
-                block_size=args.block_size,
-                gpu_memory_utilization=args.gpu_memory_utilization,
-                cpu_kv_cache_bytes=args.kv_cache_memory,
-                num_gpu_blocks_override=args.num_gpu_blocks_override,
-                enable_prefix_caching=args.enable_prefix_caching,
-            ),
-            scheduler=SchedulerConfig(
-                max_num_seqs=args.max_num_seqs or 256,
-                max_num_batched_tokens=args.max_num_batched_tokens or 2048,
-                enable_chunked_prefill=args.enable_chunked_prefill,
-            ),
+        return EngineConfig.from_flat(
+            model=model,
+            tokenizer=args.tokenizer,
+            dtype=args.dtype,
+            max_model_len=args.max_model_len,
+            load_format=args.load_format,
+            seed=args.seed,
+            served_model_name=args.served_model_name,
+            skip_tokenizer_init=args.skip_tokenizer_init,
+            block_size=args.block_size,
+            gpu_memory_utilization=args.gpu_memory_utilization,
+            cpu_kv_cache_bytes=args.kv_cache_memory,
+            num_gpu_blocks_override=args.num_gpu_blocks_override,
+            enable_prefix_caching=args.enable_prefix_caching,
+            max_num_seqs=args.max_num_seqs or 256,
+            max_num_batched_tokens=args.max_num_batched_tokens or 2048,
+            enable_chunked_prefill=args.enable_chunked_prefill,
             device=args.device,
             enforce_eager=args.enforce_eager,
             async_scheduling=args.async_scheduling,

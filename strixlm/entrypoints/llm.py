@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from tqdm import tqdm
 
-from strixlm.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig
+from strixlm.config import EngineConfig
 from strixlm.engine.llm_engine import LLMEngine
 from strixlm.engine.request import RequestOutput, SamplingParams
 
@@ -16,62 +16,15 @@ Prompt = str | list[int] | dict
 class LLM:
     """Runs the engine in this process.
 
-    Keyword arguments mirror the CLI flags (max_model_len, max_num_seqs,
-    max_num_batched_tokens, block_size, enable_prefix_caching, dtype, device, seed,
-    load_format, gpu_memory_utilization, ...).
+    Keyword arguments are the engine options, named like the CLI flags: tokenizer, dtype,
+    device, seed, max_model_len, load_format, max_num_seqs, max_num_batched_tokens,
+    enable_chunked_prefill, block_size, enable_prefix_caching, gpu_memory_utilization,
+    cpu_kv_cache_bytes, num_gpu_blocks_override, skip_tokenizer_init, enforce_eager,
+    attention_backend, async_scheduling (see strixlm/config.py for defaults).
     """
 
-    def __init__(
-        self,
-        model: str | None = None,
-        *,
-        tokenizer: str | None = None,
-        dtype: str = "auto",
-        device: str = "auto",
-        seed: int = 0,
-        max_model_len: int | None = None,
-        load_format: str = "auto",
-        max_num_seqs: int = 256,
-        max_num_batched_tokens: int = 2048,
-        enable_chunked_prefill: bool = True,
-        block_size: int = 16,
-        enable_prefix_caching: bool = True,
-        gpu_memory_utilization: float = 0.9,
-        cpu_kv_cache_bytes: int = 512 << 20,
-        num_gpu_blocks_override: int | None = None,
-        skip_tokenizer_init: bool = False,
-        enforce_eager: bool = False,
-        attention_backend: str = "auto",
-        async_scheduling: bool = True,
-    ) -> None:
-        config = EngineConfig(
-            model=ModelConfig(
-                model=model,
-                tokenizer=tokenizer,
-                dtype=dtype,
-                max_model_len=max_model_len,
-                load_format=load_format,
-                seed=seed,
-                skip_tokenizer_init=skip_tokenizer_init,
-            ),
-            cache=CacheConfig(
-                block_size=block_size,
-                gpu_memory_utilization=gpu_memory_utilization,
-                cpu_kv_cache_bytes=cpu_kv_cache_bytes,
-                num_gpu_blocks_override=num_gpu_blocks_override,
-                enable_prefix_caching=enable_prefix_caching,
-            ),
-            scheduler=SchedulerConfig(
-                max_num_seqs=max_num_seqs,
-                max_num_batched_tokens=max_num_batched_tokens,
-                enable_chunked_prefill=enable_chunked_prefill,
-            ),
-            device=device,
-            enforce_eager=enforce_eager,
-            attention_backend=attention_backend,
-            async_scheduling=async_scheduling,
-        )
-        self.engine = LLMEngine(config)
+    def __init__(self, model: str | None = None, **engine_options) -> None:
+        self.engine = LLMEngine(EngineConfig.from_flat(model=model, **engine_options))
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> LLM:
