@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from strixlm.benchmarks import throughput
+from strixlm.benchmarks.memory_floor import measure_copy_bandwidth, model_shape, workload_floor
 from strixlm.benchmarks.workload import make_workload, special_token_ids
 
 
@@ -76,6 +78,13 @@ def test_throughput_with_hf_peer(tiny_model: str, tmp_path) -> None:
     assert saved["strixlm"]["sample_token_ids"] == saved["hf"]["sample_token_ids"]
     assert saved["greedy_agreement"]["identical"] == saved["greedy_agreement"]["requests"] == 4
     assert len({t for seq in saved["hf"]["sample_token_ids"] for t in seq}) > 4  # not degenerate
+    mf = saved["memory_floor"]
+    for key in ("bytes", "steps", "floor_s", "floor_output_tok_s", "bandwidth"):
+        assert mf[key] > 0
+    assert mf["output_tokens"] == want and mf["dtype_bytes"] == mf["kv_dtype_bytes"] == 4
+    assert mf["achieved_fraction"] == pytest.approx(
+        saved["strixlm"]["output_tok_s"] / mf["floor_output_tok_s"]
+    )
 
 
 def test_dummy_padded_generate_subset(tiny_model: str, capsys) -> None:
@@ -88,4 +97,96 @@ def test_dummy_padded_generate_subset(tiny_model: str, capsys) -> None:
     assert result["hf"]["num_requests"] == 4 and result["strixlm"]["num_requests"] == 6
     assert result["hf"]["output_tokens"] == sum(len(t) for t in result["hf"]["sample_token_ids"])
     assert "greedy_agreement" not in result  # random weights on both sides: nothing to compare
-    assert "first 4 of 6" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "first 4 of 6" in printed
+    assert "memory floor: " in printed and "% of the floor" in printed
+    assert result["memory_floor"]["floor_output_tok_s"] > 0
+
+
+# A 1-layer model for hand computation: attention 8*8 (q) + 2*8*4 (k, v) + 8*8 (o) = 192,
+# MLP 3*8*16 = 384, two norms 16: 592 per layer, + final norm 8 + LM head 10*8 = 680
+# parameters read per step (the embedding gather counts as nothing); at 2 bytes, 1360 B.
+# KV per token: 2 (K, V) * 1 layer * 1 head * 4 dims * 2 bytes = 16 B.
+TINY = SimpleNamespace(
+    hidden_size=8,
+    intermediate_size=16,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=4,
+    vocab_size=10,
+    model_type="llama",
+)
+
+
+def test_floor_one_slot_by_hand() -> None:
+    # One slot, budget 4. Step 1: prefill A (3 tokens, writes 3, samples A's 1st token).
+    # Step 2: decode A (reads 3 + 1 = 4, writes 1); A is done. Step 3: prefill B (writes 2,
+    # samples). Steps 4, 5: decode B (reads 3, then 4; writes 1 each).
+    f = workload_floor(TINY, 2, 2, [(3, 2), (2, 3)], 1, bandwidth=7104.0, max_num_batched_tokens=4)
+    assert f["weight_bytes_per_step"] == 1360 and f["kv_bytes_per_token"] == 16
+    assert f["steps"] == 5
+    assert f["kv_read_bytes"] == (4 + 3 + 4) * 16
+    assert f["kv_write_bytes"] == (3 + 1 + 2 + 1 + 1) * 16
+    assert f["bytes"] == 5 * 1360 + 11 * 16 + 8 * 16 == 7104
+    assert f["floor_s"] == pytest.approx(1.0)
+    assert f["floor_output_tok_s"] == pytest.approx(5.0)
+
+
+def test_floor_chunked_prefill_by_hand() -> None:
+    # Two slots, budget 2. Step 1: A's first chunk (2 of 3). Step 2: A's last token (reads
+    # the 2 before it, samples), then B is admitted with the 1 budget token left. Step 3:
+    # decode A (reads 4), B's last prompt token (reads 1 before it, samples; B is done).
+    f = workload_floor(TINY, 2, 1, [(3, 2), (2, 1)], 2, bandwidth=1e3, max_num_batched_tokens=2)
+    assert f["kv_bytes_per_token"] == 8  # 1-byte KV
+    assert f["steps"] == 3
+    assert f["kv_read_bytes"] == (2 + 4 + 1) * 8
+    assert f["kv_write_bytes"] == (2 + 1 + 1 + 1 + 1) * 8
+    assert f["bytes"] == 3 * 1360 + 13 * 8
+    assert f["floor_output_tok_s"] == pytest.approx(3 / (f["bytes"] / 1e3))
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_floor_parameter_count_matches_hf(tied: bool) -> None:
+    """Weights read per step = HF's parameter count, less the input embedding, plus the LM
+    head when it is tied (HF counts a tied matrix once)."""
+    for cfg, cls in (
+        (
+            Qwen3Config(
+                hidden_size=64,
+                intermediate_size=96,
+                num_hidden_layers=3,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                head_dim=32,
+                vocab_size=300,
+                tie_word_embeddings=tied,
+            ),
+            Qwen3ForCausalLM,
+        ),
+        (
+            LlamaConfig(
+                hidden_size=64,
+                intermediate_size=96,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=1,
+                vocab_size=300,
+                attention_bias=True,
+                tie_word_embeddings=tied,
+            ),
+            LlamaForCausalLM,
+        ),
+    ):
+        with torch.device("meta"):
+            model = cls(cfg)
+        total = sum(p.numel() for p in model.parameters())
+        embed = model.get_input_embeddings().weight.numel()
+        shape = model_shape(cfg)
+        assert shape["weight_params"] == total - embed + (embed if tied else 0)
+        k_width = model.model.layers[0].self_attn.k_proj.out_features
+        assert shape["kv_elems_per_token"] == 2 * cfg.num_hidden_layers * k_width
+
+
+def test_copy_bandwidth_cpu() -> None:
+    assert measure_copy_bandwidth("cpu", nbytes=8 << 20, iters=3) > 1e8

@@ -99,7 +99,9 @@ def model_shape(cfg: Any) -> dict[str, int]:
     vocab = cfg.vocab_size
     q, kv = heads * head_dim, kv_heads * head_dim
     attn = h * q + 2 * h * kv + q * h
-    if _get(cfg, "attention_bias", False):
+    if _get(cfg, "attention_bias", False):  # Llama / Qwen3: q, k, v and o biases
+        attn += q + 2 * kv + h
+    elif _get(cfg, "model_type", "") == "qwen2":  # Qwen2: q, k, v biases always
         attn += q + 2 * kv
     if _get(cfg, "model_type", "") in ("qwen3", "qwen3_moe"):
         attn += 2 * head_dim  # per-head q/k RMSNorm weights

@@ -226,7 +226,7 @@ def format_table(result: dict) -> str:
     if (mf := result.get("memory_floor")) and "floor_output_tok_s" in mf:
         out.append(
             f"memory floor: {mf['floor_output_tok_s']:,.0f} output tok/s ({mf['bytes'] / 1e9:,.1f}"
-            f" GB moved at {mf['bandwidth'] / 1e12:.2f} TB/s measured copy bandwidth)"
+            f" GB moved at {mf['bandwidth'] / 1e12:.3g} TB/s measured copy bandwidth)"
         )
         out.append(f"achieved: {100 * mf['achieved_fraction']:.1f}% of the floor")
     if "ratio" in result:
