@@ -55,6 +55,9 @@ class CacheConfig:
     cpu_kv_cache_bytes: int = 512 << 20
     num_gpu_blocks_override: int | None = None
     enable_prefix_caching: bool = True
+    # "auto" stores K/V in the model dtype; "fp8" (e4m3, per-layer scales of 1.0) halves
+    # the cache's bytes per token.
+    kv_cache_dtype: str = "auto"
 
 
 @dataclass
@@ -85,6 +88,10 @@ class EngineConfig:
             raise ValueError("--gpu-memory-utilization must be in (0, 1]")
         if self.scheduler.max_num_seqs <= 0:
             raise ValueError("--max-num-seqs must be positive")
+        if self.cache.kv_cache_dtype not in ("auto", "fp8", "fp8_e4m3"):
+            raise ValueError("--kv-cache-dtype must be auto or fp8 (fp8_e4m3)")
+        if self.cache.kv_cache_dtype != "auto" and self.attention_backend == "torch":
+            raise ValueError("--kv-cache-dtype fp8 needs the triton attention backend")
         if self.attention_backend not in ("auto", "torch", "triton"):
             raise ValueError("--attention-backend must be auto, torch or triton")
         if self.scheduler.max_num_batched_tokens <= 0:
@@ -115,3 +122,9 @@ class EngineConfig:
     @property
     def torch_dtype(self) -> torch.dtype:
         return resolve_dtype(self.model.dtype, self.device)
+
+    @property
+    def kv_torch_dtype(self) -> torch.dtype:
+        if self.cache.kv_cache_dtype == "auto":
+            return self.torch_dtype
+        return torch.float8_e4m3fn

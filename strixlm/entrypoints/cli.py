@@ -64,6 +64,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
         "--load-format", default="auto", choices=["auto", "safetensors", "gguf", "dummy"]
     )
     p.add_argument("--served-model-name", default=None)
+    p.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8", "fp8_e4m3"])
     p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
     p.add_argument(
         "--async-scheduling",
@@ -92,6 +93,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
             cpu_kv_cache_bytes=args.kv_cache_memory,
             num_gpu_blocks_override=args.num_gpu_blocks_override,
             enable_prefix_caching=args.enable_prefix_caching,
+            kv_cache_dtype=args.kv_cache_dtype,
             max_num_seqs=args.max_num_seqs or 256,
             max_num_batched_tokens=args.max_num_batched_tokens or 2048,
             enable_chunked_prefill=args.enable_chunked_prefill,

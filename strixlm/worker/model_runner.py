@@ -35,7 +35,10 @@ logger = logging.getLogger(__name__)
 def select_attention_backend(config: EngineConfig) -> type[AttentionBackend]:
     name = config.attention_backend
     if name == "auto":
-        name = "triton" if config.device.startswith("cuda") else "torch"
+        # The torch backend has no fp8 cache; Triton's backend falls back to its fp8-aware
+        # torch reference on CPU.
+        fp8 = config.cache.kv_cache_dtype != "auto"
+        name = "triton" if config.device.startswith("cuda") or fp8 else "torch"
     if name == "torch":
         return TorchPagedAttention
     from strixlm.layers.attention.triton_paged import TritonPagedAttention
@@ -51,6 +54,7 @@ class ModelRunner:
         self.hf_config = hf_config
         self.device = config.device
         self.dtype = config.torch_dtype
+        self.kv_dtype = config.kv_torch_dtype
         self.max_model_len = max_model_len
         self.block_size = config.cache.block_size
         self.model = load_model(
@@ -80,7 +84,7 @@ class ModelRunner:
 
     def bytes_per_block(self) -> int:
         a = self.attn_layers[0]
-        elem = torch.tensor([], dtype=self.dtype).element_size()
+        elem = torch.tensor([], dtype=self.kv_dtype).element_size()
         return 2 * self.block_size * a.num_kv_heads * a.head_dim * elem * len(self.attn_layers)
 
     def determine_num_blocks(self) -> int:
@@ -137,7 +141,7 @@ class ModelRunner:
         shape = kv_cache_shape(num_blocks, self.block_size, a.num_kv_heads, a.head_dim)
         self.kv_caches = []
         for layer in self.attn_layers:
-            t = torch.zeros(shape, dtype=self.dtype, device=self.device)
+            t = torch.zeros(shape, dtype=self.kv_dtype, device=self.device)
             layer.kv_cache = t
             self.kv_caches.append(t)
         sc = self.config.scheduler
