@@ -72,7 +72,9 @@ class ModelRunner:
         self.sampler = (
             TritonSampler(interpret=False) if self.device.startswith("cuda") else Sampler()
         )
-        self.model_state = DefaultModelState(self.block_size, self.device)
+        self.model_state = DefaultModelState(
+            self.block_size, self.device, decode_rows=self.attn_layers[0].attn.name == "torch"
+        )
         self.table: RequestStateTable | None = None
         self.graphs: DecodeGraphs | None = None
         self.kv_caches: list[torch.Tensor] = []

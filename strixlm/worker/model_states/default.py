@@ -11,9 +11,11 @@ from strixlm.worker.states import RequestStateTable
 
 
 class DefaultModelState(ModelState):
-    def __init__(self, block_size: int, device: str) -> None:
+    def __init__(self, block_size: int, device: str, decode_rows: bool = True) -> None:
         self.block_size = block_size
         self.device = device
+        # Only the torch backend batches decode rows by index; others skip the copy.
+        self.decode_rows = decode_rows
 
     def _to_device(self, values: list[int]) -> torch.Tensor:
         t = torch.tensor(values, dtype=torch.int64)
@@ -38,7 +40,7 @@ class DefaultModelState(ModelState):
         else:
             block_table = block_table_out[: rows.numel()]
             torch.index_select(table.block_table[0], 0, rows, out=block_table)
-        decode = [i for i, n in enumerate(batch.query_lens) if n == 1]
+        decode = [i for i, n in enumerate(batch.query_lens) if n == 1] if self.decode_rows else []
         return AttentionMetadata(
             num_tokens=batch.num_tokens_padded,
             query_start_loc=batch.query_start_loc,
