@@ -35,6 +35,10 @@ def update_block_hashes(request: Request, block_size: int) -> None:
 
 
 class KVCacheManager:
+    # allocate_slots' answer when the new tokens fit in the blocks a request already has
+    # (truthy, and distinct from True, which means blocks were added).
+    FITS = "fits"
+
     def __init__(
         self,
         groups: list[KVCacheGroupSpec],
@@ -90,7 +94,7 @@ class KVCacheManager:
         request: Request,
         num_new_tokens: int,
         new_computed_blocks: list[list[int]] | None = None,
-    ) -> bool:
+    ) -> bool | str:
         """Make room for num_new_tokens more tokens; False (and no change) if the pool is short.
 
         new_computed_blocks are prefix-cache hits the scheduler is adding for a new request.
@@ -104,7 +108,7 @@ class KVCacheManager:
             total = request.num_computed_tokens + num_new_tokens
             if all(len(c) * self.block_size >= total for c in cur):
                 self._cache_full_blocks(request, total)
-                return True
+                return self.FITS
         hit_blocks = new_computed_blocks or [[] for _ in self.groups]
         num_hit_tokens = len(hit_blocks[0]) * self.block_size
         total_tokens = request.num_computed_tokens + num_hit_tokens + num_new_tokens

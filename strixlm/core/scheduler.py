@@ -126,16 +126,18 @@ class Scheduler:
                 i += 1
                 continue
             before = self.kv.num_blocks_of(req.request_id)
-            while not self.kv.allocate_slots(req, n):
+            while not (grew := self.kv.allocate_slots(req, n)):
                 victim = self.running.pop()
                 self._preempt(victim, out)
                 preempted = True
                 if victim is req:
                     break
             else:
-                after = self.kv.blocks_of(req.request_id)
-                new_ids = [a[b:] for a, b in zip(after, before, strict=True)]
-                out.cached_reqs.append(CachedRequestData(req.request_id, new_ids))
+                if grew is not KVCacheManager.FITS:
+                    # The runner hears only of block-table changes.
+                    after = self.kv.blocks_of(req.request_id)
+                    new_ids = [a[b:] for a, b in zip(after, before, strict=True)]
+                    out.cached_reqs.append(CachedRequestData(req.request_id, new_ids))
                 out.num_scheduled_tokens[req.request_id] = n
                 req.num_computed_tokens += n
                 self._expect_sample(req)
