@@ -1,4 +1,4 @@
-"""`strixlm serve | generate | chat | bench` with vLLM's flag names where they exist."""
+"""`strixlm serve | generate | chat | bench | router` with vLLM's flag names where they exist."""
 
 from __future__ import annotations
 
@@ -177,6 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--temperature", type=float, default=0.7)
     chat.add_argument("--max-tokens", type=_positive_int("--max-tokens"), default=512)
     chat.set_defaults(func=_chat)
+
+    from strixlm.router.cli import add_router_parser
+
+    add_router_parser(sub)
 
     bench = sub.add_parser("bench", help="benchmarks")
     bsub = bench.add_subparsers(dest="bench_command", required=True)
