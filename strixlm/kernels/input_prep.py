@@ -6,7 +6,8 @@ pos = num_computed[rows[b]] + (t - query_start_loc[b]):
     positions[t]    = pos
     slot_mapping[t] = block_table[rows[b], pos // block_size] * block_size + pos % block_size
 and seq_lens[b] = num_computed[rows[b]] + (query_start_loc[b+1] - query_start_loc[b]).
-Tokens past query_start_loc[num_rows] (CUDA-graph padding) get slot -1 and position 0.
+CUDA-graph padding needs nothing special here: padded rows are one-token rows on the state
+table's dummy row (see worker/cuda_graphs.py).
 
 The CPU only sends rows and query_start_loc; everything else is already on the GPU.
 """
@@ -49,9 +50,6 @@ def prepare_inputs_ref(
     blk = block_table[r, pos // block_size].long()
     slot_mapping[:total] = (blk * block_size + pos % block_size).to(slot_mapping.dtype)
     seq_lens.copy_((start + counts).to(seq_lens.dtype))
-    input_ids[total:] = 0
-    positions[total:] = 0
-    slot_mapping[total:] = -1
 
 
 if HAS_TRITON:
@@ -61,51 +59,30 @@ if HAS_TRITON:
         token_ids_ptr, tok_stride,
         num_computed_ptr,
         block_table_ptr, bt_stride,
-        rows_ptr, qsl_ptr, num_rows,
+        rows_ptr, qsl_ptr,
         input_ids_ptr, positions_ptr, slot_ptr, seq_lens_ptr,
-        num_pad_tokens,
         BLOCK_SIZE: tl.constexpr,
         TILE: tl.constexpr,
         SPLITS: tl.constexpr,
-        PAD_PROGRAMS: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
-        if b < num_rows:
-            row = tl.load(rows_ptr + b).to(tl.int64)
-            q0 = tl.load(qsl_ptr + b)
-            q1 = tl.load(qsl_ptr + b + 1)
-            start = tl.load(num_computed_ptr + row)
-            if tl.program_id(1) == 0:
-                tl.store(seq_lens_ptr + b, start + q1 - q0)
-            n_tiles = tl.cdiv(q1 - q0, TILE)
-            for i in range(tl.program_id(1), n_tiles, SPLITS):
-                t = q0 + i * TILE + tl.arange(0, TILE)
-                m = t < q1
-                pos = start + (t - q0)
-                tok = tl.load(token_ids_ptr + row * tok_stride + pos, mask=m, other=0)
-                blk = tl.load(
-                    block_table_ptr + row * bt_stride + pos // BLOCK_SIZE, mask=m, other=0
-                )
-                slot = blk.to(tl.int64) * BLOCK_SIZE + pos % BLOCK_SIZE
-                tl.store(input_ids_ptr + t, tok, mask=m)
-                tl.store(positions_ptr + t, pos, mask=m)
-                tl.store(slot_ptr + t, slot, mask=m)
-        else:
-            # Padding programs clear the tail tokens a CUDA graph replays with.
-            pad_prog = b - num_rows
-            total = tl.load(qsl_ptr + num_rows)
-            if tl.program_id(1) == 0:
-                n_tiles = tl.cdiv(num_pad_tokens - total, TILE)
-                for i in range(pad_prog, n_tiles, PAD_PROGRAMS):
-                    t = total + i * TILE + tl.arange(0, TILE)
-                    m = t < num_pad_tokens
-                    tl.store(input_ids_ptr + t, tl.zeros([TILE], tl.int32), mask=m)
-                    tl.store(positions_ptr + t, tl.zeros([TILE], tl.int64), mask=m)
-                    tl.store(slot_ptr + t, tl.full([TILE], -1, tl.int64), mask=m)
-
-
-# Extra programs that clear the padded tail of the token buffers.
-PAD_PROGRAMS = 4
+        row = tl.load(rows_ptr + b).to(tl.int64)
+        q0 = tl.load(qsl_ptr + b)
+        q1 = tl.load(qsl_ptr + b + 1)
+        start = tl.load(num_computed_ptr + row)
+        if tl.program_id(1) == 0:
+            tl.store(seq_lens_ptr + b, start + q1 - q0)
+        n_tiles = tl.cdiv(q1 - q0, TILE)
+        for i in range(tl.program_id(1), n_tiles, SPLITS):
+            t = q0 + i * TILE + tl.arange(0, TILE)
+            m = t < q1
+            pos = start + (t - q0)
+            tok = tl.load(token_ids_ptr + row * tok_stride + pos, mask=m, other=0)
+            blk = tl.load(block_table_ptr + row * bt_stride + pos // BLOCK_SIZE, mask=m, other=0)
+            slot = blk.to(tl.int64) * BLOCK_SIZE + pos % BLOCK_SIZE
+            tl.store(input_ids_ptr + t, tok, mask=m)
+            tl.store(positions_ptr + t, pos, mask=m)
+            tl.store(slot_ptr + t, slot, mask=m)
 
 
 def prepare_inputs(
@@ -143,16 +120,14 @@ def prepare_inputs(
     tile = 128
     # Long prefill rows get several programs along axis 1; decode rows need one.
     splits = max(1, min(16, -(-max_query_len // tile)))
-    grid = (num_rows + PAD_PROGRAMS, splits)
+    grid = (num_rows, splits)
     _prepare_inputs_kernel[grid](
         token_ids, token_ids.stride(0),
         num_computed,
         block_table, block_table.stride(0),
-        rows, query_start_loc, num_rows,
+        rows, query_start_loc,
         input_ids, positions, slot_mapping, seq_lens,
-        input_ids.numel(),
         BLOCK_SIZE=block_size,
         TILE=tile,
         SPLITS=splits,
-        PAD_PROGRAMS=PAD_PROGRAMS,
     )  # fmt: skip

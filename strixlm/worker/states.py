@@ -118,7 +118,7 @@ class RequestStateTable:
 
     def append_sampled(self, rows: list[int], rows_dev: torch.Tensor, sampled: torch.Tensor):
         """Store sampled tokens on the device, where the next step's gather reads them."""
-        pos = self.num_tokens[rows_dev].long()
-        self.token_ids[rows_dev.long(), pos] = sampled.to(torch.int32)
-        self.num_tokens[rows_dev.long()] += 1
+        r = rows_dev.long()
+        self.token_ids[r, self.num_tokens[r].long()] = sampled.to(torch.int32)
+        self.num_tokens[r] += 1
         self.num_tokens_cpu[rows] += 1
