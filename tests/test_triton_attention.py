@@ -236,7 +236,13 @@ LONG = [(70, 1), (45, 23), (0, 40), (100, 2)]
 
 @pytest.mark.parametrize(
     "cfg",
-    [pa.AttnConfig(16, 16, 4, 2), pa.AttnConfig(32, 32, 4, 2), pa.AttnConfig(16, 16, 4, 2, 3)],
+    [
+        pa.AttnConfig(16, 16, 4, 2),
+        pa.AttnConfig(32, 32, 4, 2),
+        pa.AttnConfig(16, 16, 4, 2, 3),
+        pa.AttnConfig(16, 32, 4, 2, 1, k_rows=False),
+        pa.AttnConfig(16, 16, 4, 2, 3, k_rows=False),
+    ],
     ids=str,
 )
 def test_explicit_configs(cfg):
@@ -354,7 +360,7 @@ def attn(dt, cache_dt, cfg):
         sig["stride_" + n] = "i32"
     c = dict(NUM_Q_HEADS=16, G=2, HEAD_DIM=128, DIM_P=128, BLOCK_SIZE=16, TILE=cfg.tile,
              BLOCK_M=cfg.block_m, BLOCK_Q=cfg.block_m // 2, NUM_SEGS=cfg.num_splits,
-             SPLIT=cfg.num_splits > 1, IEEE=False)
+             SPLIT=cfg.num_splits > 1, IEEE=False, K_ROWS=cfg.k_rows)
     build(pa._paged_attn_kernel, sig, c, cfg.num_warps, cfg.num_stages)
 
 attn("bf16", "fp8e4nv", pa.select_config(16, 8, 128, 1, 1, 8192, 132))

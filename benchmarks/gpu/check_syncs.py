@@ -270,9 +270,9 @@ def main() -> None:
     ap.add_argument("--num-requests", type=int, default=64)
     ap.add_argument("--prompt-len", type=int, default=512)
     args = ap.parse_args()
-    greedy = SamplingParams(temperature=0.0, max_tokens=100_000, ignore_eos=True)
+    greedy = SamplingParams(temperature=0.0, max_tokens=4_000, ignore_eos=True)
     filters = SamplingParams(
-        temperature=0.8, top_p=0.9, top_k=50, max_tokens=100_000, ignore_eos=True
+        temperature=0.8, top_p=0.9, top_k=50, max_tokens=4_000, ignore_eos=True
     )
     plan = [
         (False, [("graphs greedy", greedy), ("graphs top-p/top-k", filters)]),

@@ -11,6 +11,7 @@ from strixlm.core.kv_cache_manager import KVCacheManager
 from strixlm.core.scheduler import Scheduler, SchedulerOutput, SchedulerStats
 from strixlm.engine.model_info import ModelInfo
 from strixlm.engine.request import EngineCoreOutput, Request, RequestStatus
+from strixlm.engine.step_trace import StepRecord, StepTracer
 from strixlm.worker.model_runner import ModelRunner
 from strixlm.worker.step_result import StepHandle
 
@@ -47,6 +48,7 @@ class EngineCore:
         self.scheduler = Scheduler(config.scheduler, self.kv_manager, info.max_model_len)
         self.num_blocks = num_blocks
         self._in_flight: tuple[SchedulerOutput, StepHandle] | None = None
+        self.tracer = StepTracer.from_env()
         logger.info(
             "engine ready in %.1fs: %s on %s (%s), %d KV blocks of %d tokens (%.2f GiB)",
             time.perf_counter() - t0,
@@ -70,8 +72,12 @@ class EngineCore:
     def step(self) -> tuple[list[EngineCoreOutput], StepStats]:
         """Plan and launch a step, then take in the results of the previous one (async
         scheduling: the host plans step N+1 while the GPU runs step N), or of this one."""
+        t0 = time.perf_counter()
         sched = self.scheduler.schedule()
+        t1 = time.perf_counter()
         handle = self.runner.execute(sched)
+        t2 = time.perf_counter()
+        launched = sched
         if self.config.async_scheduling:
             done, self._in_flight = self._in_flight, None
             if not sched.is_empty:
@@ -80,7 +86,22 @@ class EngineCore:
                 return [], StepStats(self.scheduler.stats(), 0, 0, self.num_blocks)
             sched, handle = done
         sampled, logprobs = handle.result()
+        t3 = time.perf_counter()
         outputs = self.scheduler.update_from_output(sched, sampled, logprobs)
         num_prompt = sched.total_num_scheduled_tokens - len(sampled)
         stats = StepStats(self.scheduler.stats(), num_prompt, len(sampled), self.num_blocks)
+        if self.tracer is not None:
+            t4 = time.perf_counter()
+            self.tracer.add(
+                StepRecord(
+                    t0,
+                    (t1 - t0) * 1e3,
+                    (t2 - t1) * 1e3,
+                    (t3 - t2) * 1e3,
+                    (t4 - t3) * 1e3,
+                    launched.total_num_scheduled_tokens,
+                    len(launched.num_scheduled_tokens),
+                    len(sampled),
+                )
+            )
         return outputs, stats

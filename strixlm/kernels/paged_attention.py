@@ -52,6 +52,7 @@ class AttnConfig:
     num_warps: int
     num_stages: int
     num_splits: int = 1  # > 1: split-K with that many KV segments
+    k_rows: bool = True  # load K as [TILE, D] rows (contiguous per token) and transpose
 
 
 def _pow2(n: int) -> int:
@@ -119,7 +120,9 @@ def select_config(
         num_splits = choose_num_splits(
             num_seqs, num_kv_heads, max_query_len, max_seq_len, cfg.tile, sms
         )
-    return AttnConfig(cfg.block_m, cfg.tile, cfg.num_warps, cfg.num_stages, max(1, num_splits))
+    return AttnConfig(
+        cfg.block_m, cfg.tile, cfg.num_warps, cfg.num_stages, max(1, num_splits), cfg.k_rows
+    )
 
 
 if HAS_TRITON:
@@ -162,6 +165,7 @@ if HAS_TRITON:
         TILE: tl.constexpr,
         MASKED: tl.constexpr,
         IEEE: tl.constexpr,
+        K_ROWS: tl.constexpr,
     ):
         pos = j * TILE + offs_t
         if MASKED:
@@ -170,25 +174,22 @@ if HAS_TRITON:
         else:
             blk = tl.load(bt_row_ptr + pos // BLOCK_SIZE).to(tl.int64)
         tok = blk * stride_cb + (pos % BLOCK_SIZE) * stride_cs + head_off
-        k_ptrs = k_cache_ptr + tok[None, :] + offs_d[:, None]  # [D, TILE]
-        v_ptrs = v_cache_ptr + tok[:, None] + offs_d[None, :]  # [TILE, D]
-        # Unmasked loads where we can: the full-visibility tiles with a power-of-two dim.
-        if MASKED:
-            if EVEN_D:
-                k = tl.load(k_ptrs, mask=pos_ok[None, :], other=0.0)
-                v = tl.load(v_ptrs, mask=pos_ok[:, None], other=0.0)
+        # Both tiles as [TILE, D]: one contiguous row of D values per token. K is transposed
+        # in registers for the dot (K_ROWS), or loaded as [D, TILE] directly (the old path).
+        rows_ptr = tok[:, None] + offs_d[None, :]
+        if MASKED or not EVEN_D:
+            ok = (pos < kv_end)[:, None] & (offs_d < HEAD_DIM)[None, :]
+            v = tl.load(v_cache_ptr + rows_ptr, mask=ok, other=0.0)
+            if K_ROWS:
+                k = tl.trans(tl.load(k_cache_ptr + rows_ptr, mask=ok, other=0.0))
             else:
-                d_ok = offs_d < HEAD_DIM
-                k = tl.load(k_ptrs, mask=pos_ok[None, :] & d_ok[:, None], other=0.0)
-                v = tl.load(v_ptrs, mask=pos_ok[:, None] & d_ok[None, :], other=0.0)
+                k = tl.load(k_cache_ptr + tl.trans(rows_ptr), mask=tl.trans(ok), other=0.0)
         else:
-            if EVEN_D:
-                k = tl.load(k_ptrs)
-                v = tl.load(v_ptrs)
+            v = tl.load(v_cache_ptr + rows_ptr)
+            if K_ROWS:
+                k = tl.trans(tl.load(k_cache_ptr + rows_ptr))
             else:
-                d_ok = offs_d < HEAD_DIM
-                k = tl.load(k_ptrs, mask=d_ok[:, None], other=0.0)
-                v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
+                k = tl.load(k_cache_ptr + tl.trans(rows_ptr))
         if IEEE:
             s = tl.dot(q, k.to(q.dtype), input_precision="ieee")
         else:
@@ -243,6 +244,7 @@ if HAS_TRITON:
         NUM_SEGS: tl.constexpr,
         SPLIT: tl.constexpr,
         IEEE: tl.constexpr,
+        K_ROWS: tl.constexpr,
     ):
         # Reversed: the last query tiles see the most keys under the causal mask; start them
         # first so the tail of the grid is the cheap tiles.
@@ -295,13 +297,13 @@ if HAS_TRITON:
             acc, m_i, l_i = _attn_step(
                 acc, m_i, l_i, q, j, kv_end, q_abs, bt_row_ptr, k_cache_ptr, v_cache_ptr,
                 head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d,
-                HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, False, IEEE,
+                HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, False, IEEE, K_ROWS,
             )  # fmt: skip
         for j in range(mid, hi):
             acc, m_i, l_i = _attn_step(
                 acc, m_i, l_i, q, j, kv_end, q_abs, bt_row_ptr, k_cache_ptr, v_cache_ptr,
                 head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d,
-                HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, True, IEEE,
+                HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, True, IEEE, K_ROWS,
             )  # fmt: skip
 
         if SPLIT:
@@ -447,6 +449,7 @@ def paged_attention(
         NUM_SEGS=cfg.num_splits,
         SPLIT=split,
         IEEE=q.dtype == torch.float32,
+        K_ROWS=cfg.k_rows,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )

@@ -1,0 +1,95 @@
+"""Decode attention configs at the standard workload's shapes: which tile/warps/stages/split win.
+
+python benchmarks/gpu/sweep_decode_attn.py [--json PATH]
+
+Qwen3-0.6B heads (16 q, 8 kv, dim 128), bf16 cache, blocks shuffled over the pool. For each
+shape every config is timed (median of do_bench) and checked against the fp32 reference once;
+prints the heuristic's time, the best five and the achieved KV-read bandwidth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+from check_attention import (  # noqa: E402
+    DTYPE,
+    HKV,
+    HQ,
+    D,
+    attn_call,
+    bench,
+    make_batch,
+    rel_err,
+)
+
+from strixlm.kernels import paged_attention as pa  # noqa: E402
+
+SHAPES = [
+    ("b1 ctx512", 1, 512),
+    ("b32 ctx1800", 32, 1800),
+    ("b64 ctx1500", 64, 1500),
+    ("b128 ctx1200", 128, 1200),
+    ("b256 ctx520", 256, 520),
+    ("b256 ctx1000", 256, 1000),
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    results = []
+    for name, b, ctx in SHAPES:
+        rows = [(ctx - 1, 1)] * b
+        q, _, _, cache, md = make_batch(rows, DTYPE)
+        ref = attn_call(q, cache, md, False, pa.AttnConfig(16, 32, 4, 2, 1, False))()
+        kv_bytes = b * ctx * HKV * D * 2 * cache.element_size()
+        sms = pa.num_sms(q.device)
+        heur = pa.select_config(HQ, HKV, D, b, 1, ctx, sms)
+        splits = sorted({1, 2, 4, heur.num_splits} | ({8, 16, 32} if b <= 32 else set()))
+        cfgs = [
+            pa.AttnConfig(16, tile, w, st, sp, kr)
+            for tile, w, st, sp, kr in itertools.product(
+                (32, 64, 128), (4, 8), (2, 3, 4), splits, (True, False)
+            )
+        ]
+        times = []
+        for cfg in cfgs:
+            try:
+                fn = attn_call(q, cache, md, False, cfg)
+                err = rel_err(fn(), ref)[0]
+                if err > 1e-2:
+                    print(f"  {name} {cfg}: WRONG rel err {err:.3g}")
+                    continue
+                times.append((bench(fn, True) * 1e3, cfg))
+            except Exception as e:  # out of shared memory, etc.
+                print(f"  {name} {cfg}: {type(e).__name__}: {str(e)[:100]}")
+        times.sort(key=lambda x: x[0])
+        t_heur = bench(attn_call(q, cache, md, False, heur), True) * 1e3
+        print(f"{name}: heuristic {heur} {t_heur:.1f} us ({kv_bytes / t_heur / 1e6:.2f} TB/s)")
+        for t, c in times[:5]:
+            print(f"    {t:8.1f} us {kv_bytes / t / 1e6:5.2f} TB/s  {c}")
+        results.append(
+            {
+                "shape": name,
+                "heuristic": str(heur),
+                "t_heuristic_us": t_heur,
+                "best": [(t, str(c)) for t, c in times[:8]],
+            }
+        )
+        del cache
+        torch.cuda.empty_cache()
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
