@@ -45,6 +45,8 @@ class ModelConfig:
     seed: int = 0
     served_model_name: str | None = None
     skip_tokenizer_init: bool = False
+    # Accepted for vLLM compatibility; strixlm runs its own model implementations.
+    trust_remote_code: bool = False
 
 
 @dataclass
@@ -63,7 +65,7 @@ class CacheConfig:
 @dataclass
 class SchedulerConfig:
     max_num_seqs: int = 256
-    max_num_batched_tokens: int = 2048
+    max_num_batched_tokens: int = 8192
     enable_chunked_prefill: bool = True
 
 
@@ -79,6 +81,9 @@ class EngineConfig:
     # Plan step N+1 on the host while the device runs step N.
     async_scheduling: bool = True
     attention_backend: str = "auto"  # auto (triton on CUDA, torch on CPU) | torch | triton
+    # Devices per engine: only 1 until tensor parallelism lands (accepted so vLLM command
+    # lines that say 1 work, and others fail clearly).
+    tensor_parallel_size: int = 1
 
     def __post_init__(self) -> None:
         self.device = resolve_device(self.device)
@@ -96,6 +101,11 @@ class EngineConfig:
             raise ValueError("--attention-backend must be auto, torch or triton")
         if self.scheduler.max_num_batched_tokens <= 0:
             raise ValueError("--max-num-batched-tokens must be positive")
+        if self.tensor_parallel_size != 1:
+            raise ValueError(
+                f"--tensor-parallel-size {self.tensor_parallel_size}: tensor parallelism is "
+                "not implemented yet; strixlm runs a model on one device (use 1)"
+            )
 
     @classmethod
     def from_flat(cls, **kwargs) -> EngineConfig:

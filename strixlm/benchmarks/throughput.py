@@ -67,7 +67,7 @@ def add_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     a("--output-len-range", type=int, nargs=2, default=list(DEFAULT_OUTPUT_LEN_RANGE), metavar=lohi)
     a("--seed", type=int, default=0)
     a("--max-num-seqs", type=int, default=256)
-    a("--max-num-batched-tokens", type=int, default=2048)
+    a("--max-num-batched-tokens", type=int, default=8192)
     a("--gpu-memory-utilization", type=float, default=0.9)
     a("--compare", choices=["hf"], default=None, help="also run this peer on the same requests")
     a("--hf-mode", choices=["auto", "cb", "generate"], default="auto", help=HF_MODE_HELP)

@@ -26,6 +26,7 @@ unspecified.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -43,6 +44,9 @@ SPLIT_MAX_QUERY_LEN = 8  # decode and short speculative verification
 SPLIT_TARGET_CTAS_PER_SM = 4
 SPLIT_MIN_TILES_PER_SEG = 4
 SPLIT_MAX_SEGS = 64
+# Benchmark knobs for A/B runs of the decode config (defaults are the tuned choice).
+DECODE_TILE = int(os.environ.get("STRIXLM_ATTN_DECODE_TILE", "32"))
+DEFAULT_K_ROWS = os.environ.get("STRIXLM_ATTN_K_ROWS", "1") == "1"
 
 
 @dataclass(frozen=True)
@@ -107,15 +111,17 @@ def select_config(
     if max_query_len <= SPLIT_MAX_QUERY_LEN:
         # Memory bound: small row blocks, moderate tiles, pipelined loads.
         block_m = max(16, min(64, _pow2(g * max_query_len)), _pow2(g))
-        tile = 32 if dp <= 128 else 16
-        cfg = AttnConfig(block_m, tile, num_warps=4, num_stages=3)
+        tile = DECODE_TILE if dp <= 128 else 16
+        cfg = AttnConfig(block_m, tile, num_warps=4, num_stages=3, k_rows=DEFAULT_K_ROWS)
     elif max_query_len * g <= 256:  # short chunks: smaller tiles, more programs
         block_m = max(64, _pow2(g))
-        cfg = AttnConfig(block_m, 64 if dp <= 128 else 32, num_warps=4, num_stages=3)
+        tile = 64 if dp <= 128 else 32
+        cfg = AttnConfig(block_m, tile, num_warps=4, num_stages=3, k_rows=DEFAULT_K_ROWS)
     else:
         block_m = max(128, _pow2(g))
         tile = 64 if dp <= 128 else 32
-        cfg = AttnConfig(block_m, tile, num_warps=8 if dp >= 128 else 4, num_stages=2)
+        warps = 8 if dp >= 128 else 4
+        cfg = AttnConfig(block_m, tile, num_warps=warps, num_stages=2, k_rows=DEFAULT_K_ROWS)
     if num_splits is None:
         num_splits = choose_num_splits(
             num_seqs, num_kv_heads, max_query_len, max_seq_len, cfg.tile, sms
