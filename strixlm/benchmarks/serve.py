@@ -106,11 +106,12 @@ async def _one(session: aiohttp.ClientSession, url: str, body: dict, prompt_len:
                     res.output_tokens = msg["usage"]["completion_tokens"]
                     res.prompt_len = msg["usage"]["prompt_tokens"]
                 choices = msg.get("choices") or []
-                text = "".join(
-                    c.get("text") or (c.get("delta") or {}).get("content") or "" for c in choices
-                )
-                if not text:
-                    continue  # role-only or usage-only chunk
+                # A token arrived if a choice carries text, or (a server without a
+                # tokenizer) an empty completion text; role-only and usage-only chunks don't.
+                if not any(
+                    "text" in c or (c.get("delta") or {}).get("content") for c in choices
+                ):
+                    continue
                 now = time.perf_counter()
                 if chunks == 0:
                     res.ttft = now - start

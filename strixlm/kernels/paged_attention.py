@@ -46,7 +46,7 @@ SPLIT_MIN_TILES_PER_SEG = 4
 SPLIT_MAX_SEGS = 64
 # Benchmark knobs for A/B runs of the decode config (defaults are the tuned choice).
 DECODE_TILE = int(os.environ.get("STRIXLM_ATTN_DECODE_TILE", "32"))
-DEFAULT_K_ROWS = os.environ.get("STRIXLM_ATTN_K_ROWS", "1") == "1"
+DEFAULT_K_ROWS = os.environ.get("STRIXLM_ATTN_K_ROWS", "0") == "1"
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class AttnConfig:
     num_warps: int
     num_stages: int
     num_splits: int = 1  # > 1: split-K with that many KV segments
-    k_rows: bool = True  # load K as [TILE, D] rows (contiguous per token) and transpose
+    k_rows: bool = False  # load K as [TILE, D] rows (contiguous per token) and transpose
 
 
 def _pow2(n: int) -> int:

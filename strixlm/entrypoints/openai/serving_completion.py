@@ -209,8 +209,10 @@ class ServingCompletion(ServingBase):
                     lp = self.logprobs(ch, c.logprobs, k) if req.logprobs is not None else None
                     text = ch.echo + c.text
                     ch.echo = ""
-                    if not text and c.finish_reason is None and not (lp and lp.tokens):
+                    held = not text and c.finish_reason is None and not (lp and lp.tokens)
+                    if held and self.client.info.tokenizer is not None:
                         continue  # the detokenizer is holding text back (stop string prefix)
+                    # Without a tokenizer every token still gets its (empty-text) chunk.
                     choice = CompletionChoice(
                         index=idx,
                         text=text,
