@@ -75,3 +75,41 @@ def tiny_llama_dir(tmp_path_factory, smollm2_dir) -> str:
 @pytest.fixture(scope="session")
 def tiny_qwen3_dir(tmp_path_factory, smollm2_dir) -> str:
     return _save_tiny("qwen3", tmp_path_factory.mktemp("tiny-qwen3"), smollm2_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_moe_dir(tmp_path_factory, smollm2_dir) -> str:
+    """Tiny random Qwen3-MoE: layers 0 and 2 sparse (8 experts, top 2), layer 1 dense."""
+    from transformers import AutoTokenizer, Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    cfg = Qwen3MoeConfig(
+        vocab_size=49152,
+        hidden_size=64,
+        intermediate_size=96,
+        moe_intermediate_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        num_experts=8,
+        num_experts_per_tok=2,
+        norm_topk_prob=True,
+        decoder_sparse_step=1,
+        mlp_only_layers=[1],
+        max_position_embeddings=1024,
+        rope_theta=1e6,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+    )
+    torch.manual_seed(4321)
+    model = Qwen3MoeForCausalLM(cfg)
+    with torch.no_grad():  # spread logits and router scores, as in _save_tiny
+        for name, p in model.named_parameters():
+            if "norm" not in name:
+                p.normal_(0, 0.2)
+    out = tmp_path_factory.mktemp("tiny-qwen3-moe")
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(smollm2_dir).save_pretrained(out)
+    return str(out)

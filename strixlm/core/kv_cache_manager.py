@@ -3,20 +3,33 @@
 Every layer belongs to a KV-cache group; layers of one group share a block table. A pure
 attention model has one group. All groups draw from one BlockPool and use one block size, so
 a request's chained block hashes are computed once and serve every group.
+
+A hybrid model adds "mamba" groups: a request holds exactly one block of each (its running
+conv + SSM state), however long it grows. Prefix caching is off for hybrid models: a Mamba
+state summarises a whole prefix and is overwritten in place every step, so a cached
+attention prefix has no matching state to resume from (docs/hybrid_models.md).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from strixlm.core.block_pool import BlockPool
 from strixlm.engine.request import Request
 
+logger = logging.getLogger(__name__)
+
+FULL_ATTENTION = "full_attention"
+MAMBA = "mamba"
+
 
 @dataclass(frozen=True)
 class KVCacheGroupSpec:
-    kind: str  # "full_attention" (sliding window and mamba come with hybrid models)
+    kind: str  # FULL_ATTENTION or MAMBA
     layer_names: tuple[str, ...]
+    # Tokens per block when the runner chose it (hybrid models raise it); None: the config's.
+    block_size: int | None = None
 
 
 def hash_block_tokens(parent_hash: int | None, tokens: tuple[int, ...]) -> int:
@@ -47,7 +60,17 @@ class KVCacheManager:
         enable_caching: bool,
     ) -> None:
         self.groups = groups
-        self.block_size = block_size
+        sizes = {g.block_size for g in groups if g.block_size is not None}
+        if len(sizes) > 1:
+            raise ValueError(f"KV-cache groups disagree on the block size: {sorted(sizes)}")
+        self.block_size = sizes.pop() if sizes else block_size
+        # Groups whose block count grows with the tokens (attention); the others (Mamba
+        # state) hold one block per request.
+        self._token_groups = [i for i, g in enumerate(groups) if g.kind != MAMBA]
+        self.is_hybrid = len(self._token_groups) != len(groups)
+        if self.is_hybrid and enable_caching:
+            logger.info("prefix caching is disabled for hybrid (Mamba) models")
+            enable_caching = False
         self.enable_caching = enable_caching
         self.pool = BlockPool(num_blocks, enable_caching)
         # request id -> block ids per group
@@ -106,25 +129,25 @@ class KVCacheManager:
         elif new_computed_blocks is None:
             # Decode fast path: the new tokens fit in the blocks the request already has.
             total = request.num_computed_tokens + num_new_tokens
-            if all(len(c) * self.block_size >= total for c in cur):
+            if all(len(cur[g]) * self.block_size >= total for g in self._token_groups):
                 self._cache_full_blocks(request, total)
                 return self.FITS
         hit_blocks = new_computed_blocks or [[] for _ in self.groups]
         num_hit_tokens = len(hit_blocks[0]) * self.block_size
         total_tokens = request.num_computed_tokens + num_hit_tokens + num_new_tokens
-        need_per_group = -(-total_tokens // self.block_size)
+        need = self._blocks_needed(-(-total_tokens // self.block_size))
         num_new_blocks = sum(
-            max(0, need_per_group - len(c) - len(h)) for c, h in zip(cur, hit_blocks, strict=True)
+            max(0, n - len(c) - len(h)) for n, c, h in zip(need, cur, hit_blocks, strict=True)
         )
         # Hits sitting in the free queue stop being free once touched.
         num_reclaimed = sum(1 for h in hit_blocks for b in h if self.pool.blocks[b].ref_cnt == 0)
         if num_new_blocks + num_reclaimed > self.pool.num_free_blocks:
             return False
-        for c, h in zip(cur, hit_blocks, strict=True):
+        for n, c, h in zip(need, cur, hit_blocks, strict=True):
             if h:
                 self.pool.touch(h)
                 c.extend(h)
-            extra = need_per_group - len(c)
+            extra = n - len(c)
             if extra > 0:
                 c.extend(self.pool.allocate(extra))
         self.req_blocks[rid] = cur
@@ -132,6 +155,12 @@ class KVCacheManager:
             request, request.num_computed_tokens + num_hit_tokens + num_new_tokens
         )
         return True
+
+    def _blocks_needed(self, num_token_blocks: int) -> list[int]:
+        """Blocks each group needs for a request spanning num_token_blocks attention blocks."""
+        if not self.is_hybrid:
+            return [num_token_blocks] * len(self.groups)
+        return [1 if g.kind == MAMBA else num_token_blocks for g in self.groups]
 
     def _cache_full_blocks(self, request: Request, num_known_tokens: int) -> None:
         if not self.enable_caching:

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from strixlm.config import EngineConfig
-from strixlm.core.kv_cache_manager import KVCacheGroupSpec
+from strixlm.core.kv_cache_manager import MAMBA, KVCacheGroupSpec
 from strixlm.core.scheduler import SchedulerOutput
 from strixlm.layers.attention.backend import AttentionBackend, kv_cache_shape
 from strixlm.layers.attention.torch_paged import TorchPagedAttention
@@ -24,7 +24,15 @@ from strixlm.sample.sampler import Sampler
 from strixlm.sample.triton_sampler import TritonSampler
 from strixlm.worker.cuda_graphs import DecodeGraphs, capture_sizes
 from strixlm.worker.input_batch import InputBuffers, gather_inputs
+from strixlm.worker.model_states.block_zeroing import BlockZeroer
 from strixlm.worker.model_states.default import DefaultModelState
+from strixlm.worker.model_states.hybrid import HybridModelState
+from strixlm.worker.model_states.hybrid_layout import (
+    AttentionShape,
+    HybridCacheLayout,
+    MambaStateShape,
+    plan_hybrid_layout,
+)
 from strixlm.worker.sampling_table import SamplingTable
 from strixlm.worker.states import RequestStateTable
 from strixlm.worker.step_result import StepHandle
@@ -67,24 +75,62 @@ class ModelRunner:
             config.model.seed,
         )
         self.attn_layers = self.model.attention_layers()
+        mamba = getattr(self.model, "mamba_layers", None)
+        self.mamba_layers = mamba() if mamba is not None else []
+        # Hybrid models keep Mamba state and attention KV in one pool (hybrid_layout.py).
+        self.layout = self._plan_hybrid_layout() if self.mamba_layers else None
+        if self.layout is not None:
+            self.block_size = self.layout.block_size
         self.vocab_size = hf_config.vocab_size
         # Triton Gumbel-max on CUDA; the torch sampler (its reference) elsewhere.
         self.sampler = (
             TritonSampler(interpret=False) if self.device.startswith("cuda") else Sampler()
         )
-        self.model_state = DefaultModelState(
-            self.block_size, self.device, decode_rows=self.attn_layers[0].attn.name == "torch"
-        )
+        decode_rows = bool(self.attn_layers) and self.attn_layers[0].attn.name == "torch"
+        if self.layout is None:
+            self.model_state = DefaultModelState(self.block_size, self.device, decode_rows)
+        else:
+            self.model_state = HybridModelState(
+                self.block_size, self.device, self.layout.mamba_group_range, decode_rows
+            )
         self.table: RequestStateTable | None = None
         self.graphs: DecodeGraphs | None = None
         self.kv_caches: list[torch.Tensor] = []
+        self.pool: torch.Tensor | None = None  # hybrid models: the shared block pool
+        self.zeroer: BlockZeroer | None = None
 
     # ---- KV cache ----------------------------------------------------------------------
+    def _plan_hybrid_layout(self) -> HybridCacheLayout:
+        attn = None
+        if self.attn_layers:
+            a = self.attn_layers[0]
+            attn = AttentionShape(a.num_kv_heads, a.head_dim, self.kv_dtype)
+        d = self.mamba_layers[0].dims
+        state = MambaStateShape(
+            d.conv_dim, d.conv_kernel, d.num_heads, d.head_dim, d.state_size, self.dtype
+        )
+        layout = plan_hybrid_layout(
+            attn, len(self.attn_layers), state, len(self.mamba_layers), self.block_size
+        )
+        if layout.block_size != self.block_size:
+            logger.info(
+                "hybrid model: attention block size raised from %d to %d tokens so a block "
+                "holds one Mamba layer's state (%d bytes)",
+                self.block_size,
+                layout.block_size,
+                state.nbytes,
+            )
+        return layout
+
     def kv_cache_groups(self) -> list[KVCacheGroupSpec]:
+        if self.layout is not None:
+            return list(self.layout.groups)
         names = tuple(f"layers.{i}.self_attn" for i in range(len(self.attn_layers)))
         return [KVCacheGroupSpec("full_attention", names)]
 
     def bytes_per_block(self) -> int:
+        if self.layout is not None:
+            return self.layout.bytes_per_block
         a = self.attn_layers[0]
         elem = torch.tensor([], dtype=self.kv_dtype).element_size()
         return 2 * self.block_size * a.num_kv_heads * a.head_dim * elem * len(self.attn_layers)
@@ -111,13 +157,20 @@ class ModelRunner:
         torch.cuda.reset_peak_memory_stats()
         n = min(self.config.scheduler.max_num_batched_tokens, self.max_model_len)
         nblk = -(-n // self.block_size) + 1
+        block_ids = [list(range(1, nblk))]
+        if self.layout is not None:
+            # Every group's blocks: the attention ones, then one per Mamba group.
+            groups = self.kv_cache_groups()
+            extra = iter(range(nblk, nblk + len(groups)))
+            block_ids = [[next(extra)] if g.kind == MAMBA else block_ids[0] for g in groups]
+            nblk += len(groups)
         self.init_kv_cache(nblk)
         from strixlm.core.scheduler import NewRequestData
         from strixlm.engine.request import Request, SamplingParams
 
         req = Request("__profile__", [0] * n, SamplingParams(max_tokens=1))
         sched = SchedulerOutput(
-            new_reqs=[NewRequestData(req, [list(range(1, nblk))], 0)],
+            new_reqs=[NewRequestData(req, block_ids, 0)],
             num_scheduled_tokens={"__profile__": n},
         )
         self.execute(sched).result()
@@ -135,31 +188,61 @@ class ModelRunner:
         self.kv_caches = []
         for layer in self.attn_layers:
             layer.kv_cache = None
+        for layer in self.mamba_layers:
+            layer.conv_states = layer.ssm_states = None
+        self.pool = None
+        self.zeroer = None
         torch.cuda.empty_cache()
         return peak
 
     def init_kv_cache(self, num_blocks: int) -> None:
-        a = self.attn_layers[0]
-        shape = kv_cache_shape(num_blocks, self.block_size, a.num_kv_heads, a.head_dim)
-        self.kv_caches = []
-        for layer in self.attn_layers:
-            t = torch.zeros(shape, dtype=self.kv_dtype, device=self.device)
-            layer.kv_cache = t
-            self.kv_caches.append(t)
+        if self.layout is not None:
+            self._init_hybrid_cache(num_blocks)
+        else:
+            a = self.attn_layers[0]
+            shape = kv_cache_shape(num_blocks, self.block_size, a.num_kv_heads, a.head_dim)
+            self.kv_caches = []
+            for layer in self.attn_layers:
+                t = torch.zeros(shape, dtype=self.kv_dtype, device=self.device)
+                layer.kv_cache = t
+                self.kv_caches.append(t)
         sc = self.config.scheduler
         max_blocks = -(-self.max_model_len // self.block_size)
         self.table = RequestStateTable(
-            sc.max_num_seqs, self.max_model_len, max_blocks, 1, self.device
+            sc.max_num_seqs,
+            self.max_model_len,
+            max_blocks,
+            len(self.kv_cache_groups()),
+            self.device,
         )
         max_tokens = max(sc.max_num_batched_tokens, sc.max_num_seqs)
         self.buffers = InputBuffers(max_tokens, sc.max_num_seqs, self.device)
         self.sampling = SamplingTable(sc.max_num_seqs + 1, self.vocab_size, self.device)
 
+    def _init_hybrid_cache(self, num_blocks: int) -> None:
+        """One pool for attention KV and Mamba state; each layer gets its view of it."""
+        layout = self.layout
+        self.pool = layout.allocate(num_blocks, self.device)
+        self.kv_caches = []
+        for i, layer in enumerate(self.attn_layers):
+            layer.kv_cache = layout.attention_view(self.pool, i)
+            self.kv_caches.append(layer.kv_cache)
+        first_mamba_group = layout.mamba_group_range[0]
+        for i, layer in enumerate(self.mamba_layers):
+            layer.conv_states, layer.ssm_states = layout.mamba_views(self.pool, i)
+            layer.state_group = layout.mamba[i].group - first_mamba_group
+        self.zeroer = BlockZeroer(self.pool, layout, self.device)
+
     def capture_cuda_graphs(self) -> None:
         """Decode graphs need the device-only Triton attention; else steps run eagerly."""
-        backend = type(self.attn_layers[0].attn)
         if self.config.enforce_eager or not self.device.startswith("cuda"):
             return
+        if self.layout is not None:
+            # The decode graphs replay attention metadata only; Mamba state slots are not
+            # captured yet, so hybrid models run eagerly.
+            logger.info("hybrid (Mamba) model: decode steps run without CUDA graphs")
+            return
+        backend = type(self.attn_layers[0].attn)
         if not getattr(backend, "graph_safe", False):
             logger.info("attention backend %s is not graph-safe: running eagerly", backend.name)
             return
@@ -194,6 +277,8 @@ class ModelRunner:
     def execute(self, sched: SchedulerOutput) -> StepHandle:
         """Launch one step; the handle yields its sampled tokens when they reach the host."""
         self._update_states(sched)
+        if self.zeroer is not None:
+            self.zeroer.before_forward(sched)
         if sched.is_empty:
             return StepHandle([], [], None)
         rids = list(sched.num_scheduled_tokens)
