@@ -64,6 +64,18 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
         "--load-format", default="auto", choices=["auto", "safetensors", "gguf", "dummy"]
     )
     p.add_argument("--served-model-name", default=None)
+    p.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="accepted for vLLM compatibility: strixlm runs its own model code",
+    )
+    p.add_argument(
+        "--tensor-parallel-size",
+        "-tp",
+        type=_positive_int("--tensor-parallel-size"),
+        default=1,
+        help="GPUs per engine (only 1 is supported for now)",
+    )
     p.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8", "fp8_e4m3"])
     p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
     p.add_argument(
@@ -74,6 +86,29 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--attention-backend", default="auto", choices=["auto", "torch", "triton"])
     p.add_argument("--skip-tokenizer-init", action="store_true")
+
+
+def add_chat_parsing_args(p: argparse.ArgumentParser) -> None:
+    from strixlm.parsers.reasoning import REASONING_PARSERS
+    from strixlm.parsers.tools import TOOL_PARSERS
+
+    p.add_argument(
+        "--reasoning-parser",
+        default=None,
+        choices=sorted(REASONING_PARSERS),
+        help="split model output into reasoning_content and content",
+    )
+    p.add_argument(
+        "--tool-call-parser",
+        default=None,
+        choices=sorted(TOOL_PARSERS),
+        help="the tool-call format the model writes",
+    )
+    p.add_argument(
+        "--enable-auto-tool-choice",
+        action="store_true",
+        help="parse tool calls the model chooses to make (needs --tool-call-parser)",
+    )
 
 
 def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
@@ -87,6 +122,8 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
             load_format=args.load_format,
             seed=args.seed,
             served_model_name=args.served_model_name,
+            trust_remote_code=args.trust_remote_code,
+            tensor_parallel_size=args.tensor_parallel_size,
             skip_tokenizer_init=args.skip_tokenizer_init,
             block_size=args.block_size,
             gpu_memory_utilization=args.gpu_memory_utilization,
@@ -95,7 +132,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
             enable_prefix_caching=args.enable_prefix_caching,
             kv_cache_dtype=args.kv_cache_dtype,
             max_num_seqs=args.max_num_seqs or 256,
-            max_num_batched_tokens=args.max_num_batched_tokens or 2048,
+            max_num_batched_tokens=args.max_num_batched_tokens or 8192,
             enable_chunked_prefill=args.enable_chunked_prefill,
             device=args.device,
             enforce_eager=args.enforce_eager,
@@ -108,8 +145,17 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
 
 def _serve(args: argparse.Namespace) -> None:
     from strixlm.entrypoints.openai.api_server import run_server
+    from strixlm.entrypoints.openai.chat_parsing import ChatParsingOptions
 
-    run_server(engine_config_from_args(args), args)
+    try:
+        parsing = ChatParsingOptions(
+            reasoning_parser=args.reasoning_parser,
+            tool_call_parser=args.tool_call_parser,
+            enable_auto_tool_choice=args.enable_auto_tool_choice,
+        )
+    except ValueError as e:
+        raise CLIError(str(e)) from None
+    run_server(engine_config_from_args(args), args, parsing)
 
 
 def _generate(args: argparse.Namespace) -> None:
@@ -157,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--api-key", default=None)
     serve.add_argument("--log-stats-interval", type=float, default=10.0)
+    add_chat_parsing_args(serve)
     serve.set_defaults(func=_serve)
 
     gen = sub.add_parser("generate", help="offline generation for prompts (args or stdin)")
@@ -210,4 +257,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Run the imported module's main, not this __main__ copy: CLIError raised by modules
+    # that import strixlm.entrypoints.cli must be the class main() catches.
+    from strixlm.entrypoints.cli import main as _main
+
+    _main()

@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from strixlm.config import EngineConfig
 from strixlm.engine.client import AsyncEngineClient, EngineDeadError
+from strixlm.entrypoints.openai.chat_parsing import ChatParsingOptions
 from strixlm.entrypoints.openai.metrics import CONTENT_TYPE, ServerMetrics
 from strixlm.entrypoints.openai.protocol import ModelCard, ModelList
 from strixlm.entrypoints.openai.serving import APIError, server_error
@@ -55,10 +56,14 @@ async def _guard(handler: Callable[[Request], Awaitable[Response]], raw: Request
         return server_error(f"internal error: {e}").response()
 
 
-def build_app(client: AsyncEngineClient, api_key: str | None = None) -> FastAPI:
+def build_app(
+    client: AsyncEngineClient,
+    api_key: str | None = None,
+    parsing: ChatParsingOptions | None = None,
+) -> FastAPI:
     """The app; its lifespan attaches the (already started) client and shuts it down."""
     metrics = ServerMetrics(client, client.info.name)
-    chat = ServingChat(client, metrics)
+    chat = ServingChat(client, metrics, parsing)
     completion = ServingCompletion(client, metrics)
 
     @asynccontextmanager
@@ -135,7 +140,11 @@ def _exit_on_sigterm(signum, frame) -> None:
     raise SystemExit(0)
 
 
-def run_server(config: EngineConfig, args: argparse.Namespace) -> None:
+def run_server(
+    config: EngineConfig,
+    args: argparse.Namespace,
+    parsing: ChatParsingOptions | None = None,
+) -> None:
     """`strixlm serve`: load, start the engine, then serve until SIGINT/SIGTERM."""
     import uvicorn
 
@@ -159,7 +168,7 @@ def run_server(config: EngineConfig, args: argparse.Namespace) -> None:
     except RuntimeError as e:
         raise CLIError(str(e)) from None
     try:
-        app = build_app(client, args.api_key)
+        app = build_app(client, args.api_key, parsing)
         debug = logging.getLogger().isEnabledFor(logging.DEBUG)
         server = uvicorn.Server(
             uvicorn.Config(

@@ -77,16 +77,34 @@ class ChatMessage(BaseModel):
     name: str | None = None
 
 
+class FunctionName(OpenAIBase):
+    name: str
+
+
+class NamedToolChoice(OpenAIBase):
+    type: Literal["function"] = "function"
+    function: FunctionName
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+
+
 class ChatCompletionRequest(SamplingRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = None
+    # Kept as sent (the chat template renders them); validated by the chat handler.
     tools: list[dict[str, Any]] | None = None
+    # None: "auto" when tools are given, else "none" (OpenAI's default).
+    tool_choice: ToolChoice | None = None
+    # Accepted for compatibility; calls are returned as the model writes them.
+    parallel_tool_calls: bool | None = None
     response_format: dict[str, Any] | None = None
     # vLLM extras
     chat_template_kwargs: dict[str, Any] | None = None
+    include_reasoning: bool = True
     add_generation_prompt: bool = True
     continue_final_message: bool = False
 
@@ -126,9 +144,25 @@ class ChatChoiceLogprobs(OpenAIBase):
     content: list[ChatTokenLogprob] | None = None
 
 
+class FunctionCall(OpenAIBase):
+    name: str
+    arguments: str  # JSON text
+
+
+class ToolCall(OpenAIBase):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatResponseMessage(OpenAIBase):
     role: Literal["assistant"] = "assistant"
     content: str | None = None
+    # The reasoning a reasoning parser split off: `reasoning_content` (DeepSeek's and
+    # vLLM's name) and `reasoning` (vLLM's newer name) carry the same text.
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
 
 
 class ChatCompletionChoice(OpenAIBase):
@@ -153,14 +187,33 @@ class ChatCompletionResponse(OpenAIBase):
     system_fingerprint: str | None = None
 
 
-class DeltaMessage(OpenAIBase):
-    role: str | None = None
-    content: str | None = None
-
+class DeltaBase(OpenAIBase):
     @model_serializer(mode="wrap")
     def _drop_none(self, handler):
         # OpenAI's deltas carry only the keys that changed.
         return {k: v for k, v in handler(self).items() if v is not None}
+
+
+class DeltaFunctionCall(DeltaBase):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class DeltaToolCall(DeltaBase):
+    """The first delta of a call has id, type and name; later ones argument fragments."""
+
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: DeltaFunctionCall | None = None
+
+
+class DeltaMessage(DeltaBase):
+    role: str | None = None
+    content: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[DeltaToolCall] | None = None
 
 
 class ChatCompletionStreamChoice(OpenAIBase):

@@ -1,4 +1,9 @@
-"""/v1/chat/completions: chat template -> engine -> chat.completion (or SSE chunks)."""
+"""/v1/chat/completions: chat template -> engine -> chat.completion (or SSE chunks).
+
+With `--reasoning-parser` / `--tool-call-parser` the generated text of each choice goes
+through chat_parsing.ChoiceOutput: reasoning is returned as `reasoning_content` and
+`reasoning`, tool calls as `tool_calls` (streamed as OpenAI-shaped deltas).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,16 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from strixlm.engine.client import EngineDeadError
 from strixlm.engine.request import MAX_TOP_LOGPROBS, TokenLogprob
+from strixlm.entrypoints.openai.chat_parsing import (
+    ChatParsingOptions,
+    ChoiceOutput,
+    OutputDelta,
+    ToolPlan,
+    finish_reason,
+    merge_call_deltas,
+    plan_tools,
+    template_messages,
+)
 from strixlm.entrypoints.openai.protocol import (
     ChatChoiceLogprobs,
     ChatCompletionChoice,
@@ -22,8 +37,12 @@ from strixlm.entrypoints.openai.protocol import (
     ChatCompletionStreamChoice,
     ChatResponseMessage,
     ChatTokenLogprob,
+    DeltaFunctionCall,
     DeltaMessage,
+    DeltaToolCall,
+    FunctionCall,
     PromptTokensDetails,
+    ToolCall,
     TopLogprob,
     UsageInfo,
 )
@@ -38,6 +57,8 @@ from strixlm.entrypoints.openai.serving import (
     stream_error_event,
     unless_disconnected,
 )
+from strixlm.parsers.reasoning import get_reasoning_parser
+from strixlm.parsers.tools import get_tool_parser
 
 logger = logging.getLogger(__name__)
 
@@ -58,10 +79,62 @@ def usage(n_prompt: int, n_completion: int, cached: int) -> UsageInfo:
     )
 
 
+def special_tags(tokenizer, tags: list[str]) -> bool:
+    """Whether any parser tag is a special token (skip_special_tokens would drop it)."""
+    if tokenizer is None or not tags:
+        return False
+    special = set(getattr(tokenizer, "all_special_tokens", []) or [])
+    for added in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+        if getattr(added, "special", False):
+            special.add(getattr(added, "content", str(added)))
+    return any(t in special for t in tags)
+
+
+def join_deltas(a: OutputDelta, b: OutputDelta) -> OutputDelta:
+    return OutputDelta(
+        a.reasoning + b.reasoning, a.content + b.content, merge_call_deltas(a.calls + b.calls)
+    )
+
+
+def delta_message(d: OutputDelta) -> DeltaMessage:
+    calls = [
+        DeltaToolCall(
+            index=c.index,
+            id=c.id,
+            type="function" if c.id is not None else None,
+            function=DeltaFunctionCall(name=c.name, arguments=c.arguments),
+        )
+        for c in d.calls
+    ]
+    return DeltaMessage(
+        content=d.content or None,
+        reasoning_content=d.reasoning or None,
+        reasoning=d.reasoning or None,
+        tool_calls=calls or None,
+    )
+
+
 class ServingChat(ServingBase):
-    def __init__(self, client, metrics=None) -> None:
+    def __init__(self, client, metrics=None, parsing: ChatParsingOptions | None = None) -> None:
         super().__init__(client, metrics)
         self.tokens = TokenStrings(client.info.tokenizer)
+        self.parsing = parsing or ChatParsingOptions()
+        self.keep_special_tags = special_tags(client.info.tokenizer, self.parsing.tags)
+
+    def choice_output(
+        self, req: ChatCompletionRequest, plan: ToolPlan, prompt_text: str
+    ) -> ChoiceOutput | None:
+        """A fresh parsing pipeline for one choice, or None when nothing is parsed."""
+        reasoning = None
+        if self.parsing.reasoning_parser:
+            cls = get_reasoning_parser(self.parsing.reasoning_parser)
+            reasoning = cls.for_request(prompt_text, req.chat_template_kwargs)
+        tools = None
+        if plan.parse and self.parsing.tool_call_parser:
+            tools = get_tool_parser(self.parsing.tool_call_parser)(plan.toolset)
+        if reasoning is None and tools is None:
+            return None
+        return ChoiceOutput(reasoning, tools, req.include_reasoning)
 
     async def create(self, raw: Request) -> Response:
         req = await parse_body(raw, ChatCompletionRequest)
@@ -77,26 +150,32 @@ class ServingChat(ServingBase):
         fmt = (req.response_format or {}).get("type", "text")
         if fmt != "text":
             raise APIError(f"response_format {fmt!r} is not supported", param="response_format")
-        prompt_ids, prompt_text = self.render(req)
+        plan = plan_tools(req, self.parsing)
+        prompt_ids, prompt_text = self.render(req, plan)
         max_tokens = (
             req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         )
         params = self.sampling_params(
             req, max_tokens, (req.top_logprobs or 0) if req.logprobs else None
         )
+        if self.keep_special_tags:
+            params.skip_special_tokens = False  # the parsers must see their tags
+        outputs = [self.choice_output(req, plan, prompt_text) for _ in range(req.n)]
         rid = f"chatcmpl-{uuid.uuid4().hex}"
         logger.debug("%s: %d prompt tokens, %s", rid, len(prompt_ids), params)
         stream = await self.start(prompt_ids, params, rid, prompt_text, FIELDS)
         if req.stream:
             return StreamingResponse(
-                self.stream(req, rid, stream, len(prompt_ids)), media_type="text/event-stream"
+                self.stream(req, rid, stream, len(prompt_ids), outputs),
+                media_type="text/event-stream",
             )
-        resp = await unless_disconnected(raw, self.full(req, rid, stream, len(prompt_ids)))
+        work = self.full(req, rid, stream, len(prompt_ids), outputs, plan)
+        resp = await unless_disconnected(raw, work)
         if resp is None:
             return Response(status_code=499)  # nobody is listening
         return JSONResponse(resp.model_dump())
 
-    def render(self, req: ChatCompletionRequest) -> tuple[list[int], str]:
+    def render(self, req: ChatCompletionRequest, plan: ToolPlan) -> tuple[list[int], str]:
         tok = self.client.info.tokenizer
         if tok is None:
             raise APIError("this model was loaded without a tokenizer; chat is unavailable")
@@ -119,9 +198,10 @@ class ServingChat(ServingBase):
                     texts.append(part.text)
                 d["content"] = "\n".join(texts)
             messages.append(d)
+        messages = template_messages(messages)
         kwargs = dict(req.chat_template_kwargs or {})
-        if req.tools:
-            kwargs["tools"] = req.tools
+        if plan.template_tools:
+            kwargs["tools"] = plan.template_tools
         try:
             text = tok.apply_chat_template(
                 messages,
@@ -151,7 +231,13 @@ class ServingChat(ServingBase):
         return ChatChoiceLogprobs(content=content)
 
     async def full(
-        self, req: ChatCompletionRequest, rid: str, stream: OutputStream, n_prompt: int
+        self,
+        req: ChatCompletionRequest,
+        rid: str,
+        stream: OutputStream,
+        n_prompt: int,
+        outputs: list[ChoiceOutput | None],
+        plan: ToolPlan,
     ) -> ChatCompletionResponse:
         n = req.n
         texts: list[list[str]] = [[] for _ in range(n)]
@@ -175,16 +261,18 @@ class ServingChat(ServingBase):
             self.done(rid, sum(f is None for f in finish))
             await stream.close()
         k = req.top_logprobs or 0
-        choices = [
-            ChatCompletionChoice(
-                index=i,
-                message=ChatResponseMessage(content="".join(texts[i])),
-                logprobs=self.logprobs(lps[i], k) if req.logprobs else None,
-                finish_reason=finish[i],
-                stop_reason=stop[i],
+        choices = []
+        for i in range(n):
+            message, reason = self.message(rid, "".join(texts[i]), finish[i], outputs[i], plan)
+            choices.append(
+                ChatCompletionChoice(
+                    index=i,
+                    message=message,
+                    logprobs=self.logprobs(lps[i], k) if req.logprobs else None,
+                    finish_reason=reason,
+                    stop_reason=stop[i],
+                )
             )
-            for i in range(n)
-        ]
         return ChatCompletionResponse(
             id=rid,
             model=self.client.info.name,
@@ -192,8 +280,39 @@ class ServingChat(ServingBase):
             usage=usage(n_prompt, sum(counts), cached),
         )
 
+    def message(
+        self,
+        rid: str,
+        text: str,
+        reason: str | None,
+        out: ChoiceOutput | None,
+        plan: ToolPlan,
+    ) -> tuple[ChatResponseMessage, str | None]:
+        """One choice's message and finish_reason from its complete text."""
+        if out is None:
+            return ChatResponseMessage(content=text), reason
+        d = join_deltas(out.feed(text), out.finish())
+        calls = out.tool_calls
+        if plan.choice in ("required", "function") and not calls:
+            logger.info("%s: tool_choice %r but the model called no tool", rid, plan.choice)
+        message = ChatResponseMessage(
+            content=d.content or None,
+            reasoning_content=d.reasoning or None,
+            reasoning=d.reasoning or None,
+            tool_calls=[
+                ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments))
+                for c in calls
+            ],
+        )
+        return message, finish_reason(reason, calls)
+
     async def stream(
-        self, req: ChatCompletionRequest, rid: str, stream: OutputStream, n_prompt: int
+        self,
+        req: ChatCompletionRequest,
+        rid: str,
+        stream: OutputStream,
+        n_prompt: int,
+        outputs: list[ChoiceOutput | None],
     ) -> AsyncIterator[str]:
         created = int(time.time())
         model = self.client.info.name
@@ -219,11 +338,21 @@ class ServingChat(ServingBase):
                 for c in ro.outputs:
                     counts[c.index] += len(c.token_ids)
                     lp = self.logprobs(c.logprobs, k) if req.logprobs and c.logprobs else None
-                    if not c.text and c.finish_reason is None and lp is None:
-                        continue  # the detokenizer is holding text back (stop string prefix)
-                    finished[c.index] = c.finish_reason is not None
-                    delta = DeltaMessage(content=c.text or None)
-                    yield chunk(c.index, delta, lp, c.finish_reason, c.stop_reason)
+                    out = outputs[c.index]
+                    if out is None:
+                        delta, reason = DeltaMessage(content=c.text or None), c.finish_reason
+                        empty = not c.text
+                    else:
+                        d = out.feed(c.text)
+                        if c.finish_reason is not None:
+                            d = join_deltas(d, out.finish())
+                        delta = delta_message(d)
+                        reason = finish_reason(c.finish_reason, out.tool_calls)
+                        empty = not d
+                    if empty and reason is None and lp is None:
+                        continue  # text held back (a stop string or a parser tag prefix)
+                    finished[c.index] = reason is not None
+                    yield chunk(c.index, delta, lp, reason, c.stop_reason)
             if req.include_usage:
                 last = ChatCompletionChunk(
                     id=rid,
