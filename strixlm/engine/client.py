@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from strixlm.config import EngineConfig
 from strixlm.engine.core import StepStats
 from strixlm.engine.model_info import ModelInfo
+from strixlm.engine.output_merge import merge_delta_outputs
 from strixlm.engine.output_processor import OutputProcessor
 from strixlm.engine.processor import InputProcessor
 from strixlm.engine.request import RequestOutput, SamplingParams
@@ -125,6 +126,13 @@ class AsyncEngineClient:
         try:
             while not finished:
                 item = await q.get()
+                # Deltas that queued up while we were busy go out as one.
+                while not isinstance(item, Exception) and not item.finished and not q.empty():
+                    nxt = q.get_nowait()
+                    if isinstance(nxt, Exception):
+                        item = nxt
+                        break
+                    item = merge_delta_outputs(item, nxt)
                 if isinstance(item, Exception):
                     raise item
                 finished = item.finished

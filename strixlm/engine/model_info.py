@@ -5,10 +5,18 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from transformers import AutoConfig, AutoTokenizer, PretrainedConfig
 
 from strixlm.config import ModelConfig
+
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "vocab.json",
+)
 
 
 @dataclass
@@ -54,7 +62,10 @@ def load_model_info(cfg: ModelConfig) -> ModelInfo:
             f"--max-model-len {max_len} exceeds the model's max_position_embeddings ({limit})"
         )
     tokenizer = None
-    if not cfg.skip_tokenizer_init:
+    # A bare config.json (dummy weights) has no tokenizer: transformers would still build an
+    # empty one from the model type, which decodes every id to "" (and hides all text).
+    bare = cfg.tokenizer is None and not any((Path(folder) / f).exists() for f in _TOKENIZER_FILES)
+    if not cfg.skip_tokenizer_init and not (bare and cfg.load_format == "dummy"):
         try:
             tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer or folder)
         except (OSError, ValueError):

@@ -134,6 +134,10 @@ class ServerMetrics:
         )
         self.registry.register(_EngineCollector(client, model_name))
         self._live: dict[str, _Timing] = {}
+        # Bound children: .labels() costs a lookup per call, and on_output runs per token.
+        self._ttft = self.ttft.labels(model_name)
+        self._itl = self.itl.labels(model_name)
+        self._e2e = self.e2e.labels(model_name)
         client.add_listener(self.on_output)
 
     def on_arrival(self, request_id: str) -> None:
@@ -149,15 +153,15 @@ class ServerMetrics:
         if t is None:
             return
         if t.last is None:
-            self.ttft.labels(self.model_name).observe(now - t.arrival)
+            self._ttft.observe(now - t.arrival)
         else:
-            self.itl.labels(self.model_name).observe(now - t.last)
+            self._itl.observe(now - t.last)
         t.last = now
         for c in ro.outputs:
             if c.finish_reason is not None:
                 self.success.labels(self.model_name, c.finish_reason).inc()
         if ro.finished:
-            self.e2e.labels(self.model_name).observe(now - t.arrival)
+            self._e2e.observe(now - t.arrival)
             del self._live[ro.request_id]
 
     def render(self) -> bytes:
