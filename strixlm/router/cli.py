@@ -1,4 +1,4 @@
-"""`strixlm router init [PATH]` and `strixlm router validate FILE`."""
+"""`strixlm router init [PATH] | validate FILE | serve [--config] | eval [--config] [--set]`."""
 
 from __future__ import annotations
 
@@ -55,6 +55,114 @@ def router_validate(path: str | Path, out: TextIO | None = None, err: TextIO | N
     return 0
 
 
+def _load_or_default(path: str | None, command: str, err: TextIO):
+    """The config at `path` (or the zero-config default), or None after printing problems."""
+    from strixlm.router.config import RouterConfigError, default_config, load_config
+
+    if path is None:
+        return default_config()
+    try:
+        return load_config(path)
+    except RouterConfigError as e:
+        _print_problems(e.messages, path, command, err)
+        return None
+
+
+def _print_problems(messages: list[str], path: str | None, command: str, err: TextIO) -> None:
+    for line in messages:
+        where = f"{path or 'default config'}: "
+        print(line if line.startswith(where) else where + line, file=err)
+    n = len(messages)
+    print(
+        f"strixlm router {command}: {path or 'config'}: {n} problem{'s' if n != 1 else ''}",
+        file=err,
+    )
+
+
+def router_serve(
+    config: str | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """Serves until interrupted; returns 2 (after printing every problem) for a bad config."""
+    from strixlm.router.config import RouterConfigError
+
+    err = err or sys.stderr
+    cfg = _load_or_default(config, "serve", err)
+    if cfg is None:
+        return 2
+    from strixlm.router.server import run_router
+    from strixlm.router.server_state import RouterRuntime
+
+    try:
+        runtime = RouterRuntime(cfg, config)  # builds every signal: problems before binding
+    except RouterConfigError as e:
+        _print_problems(e.messages, config, "serve", err)
+        return 2
+    run_router(runtime, host or cfg.server.host, port or cfg.server.port)
+    return 0
+
+
+def router_eval(
+    config: str | None = None,
+    rows_path: str | None = None,
+    json_out: str | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """Prints the evaluation tables; returns 2 for a bad config or labelled set."""
+    import json
+
+    from strixlm.router.config import RouterConfigError
+    from strixlm.router.evaluation import evaluate, format_report, load_rows
+    from strixlm.router.server_routing import RoutingCore
+
+    out, err = out or sys.stdout, err or sys.stderr
+    cfg = _load_or_default(config, "eval", err)
+    if cfg is None:
+        return 2
+    try:
+        core = RoutingCore.build(cfg, config)
+    except RouterConfigError as e:
+        _print_problems(e.messages, config, "eval", err)
+        return 2
+    try:
+        rows = load_rows(rows_path)
+    except ValueError as e:
+        print(f"strixlm router eval: --set: {e}", file=err)
+        return 2
+    report = evaluate(core, rows)
+    print(f"config: {config or 'default'}; set: {rows_path or 'shipped routing set'}", file=out)
+    print(format_report(report), file=out)
+    if json_out:
+        Path(json_out).write_text(json.dumps(report.to_json(), indent=1))
+        print(f"wrote {json_out}", file=out)
+    return 0
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--port must be an integer, got {text!r}") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"--port must be in 1..65535, got {port}")
+    return port
+
+
+def _serve_cmd(args: argparse.Namespace) -> None:
+    rc = router_serve(args.config, args.host, args.port)
+    if rc:
+        raise SystemExit(rc)
+
+
+def _eval_cmd(args: argparse.Namespace) -> None:
+    rc = router_eval(args.config, args.set, args.json)
+    if rc:
+        raise SystemExit(rc)
+
+
 def _init_cmd(args: argparse.Namespace) -> None:
     rc = router_init(args.path, force=args.force)
     if rc:
@@ -68,7 +176,7 @@ def _validate_cmd(args: argparse.Namespace) -> None:
 
 
 def add_router_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Adds `router init` and `router validate` to the top-level `strixlm` subparsers."""
+    """Adds `router init|validate|serve|eval` to the top-level `strixlm` subparsers."""
     router = subparsers.add_parser("router", help="semantic router in front of OpenAI backends")
     rsub = router.add_subparsers(dest="router_command", required=True)
 
@@ -80,4 +188,18 @@ def add_router_parser(subparsers: Any) -> argparse.ArgumentParser:
     val = rsub.add_parser("validate", help="check a config; exit 2 listing every problem")
     val.add_argument("file")
     val.set_defaults(func=_validate_cmd)
+
+    serve = rsub.add_parser("serve", help="run the router (OpenAI API + management API)")
+    serve.add_argument(
+        "--config", default=None, help="router YAML; default: route all to 127.0.0.1:8000"
+    )
+    serve.add_argument("--host", default=None, help="default: server.host of the config")
+    serve.add_argument("--port", type=_port, default=None, help="default: server.port")
+    serve.set_defaults(func=_serve_cmd)
+
+    ev = rsub.add_parser("eval", help="accuracy of a config on a labelled routing set")
+    ev.add_argument("--config", default=None, help="router YAML; default: zero-config routing")
+    ev.add_argument("--set", default=None, help="JSONL of {prompt, expected_decision}")
+    ev.add_argument("--json", default=None, help="also write the report as JSON here")
+    ev.set_defaults(func=_eval_cmd)
     return router

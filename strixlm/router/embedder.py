@@ -155,6 +155,28 @@ class Embedder:
         """Embedding of one text, [384] fp32 unit vector."""
         return self.embed([text])[0]
 
+    # -- the interface request contexts use (see signals/registry.py) --------------------------
+
+    def token_ids(self, text: str) -> list[int]:
+        """Token ids of ``text`` without [CLS]/[SEP]."""
+        return self._token_ids([text])[0]
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.token_ids(text))
+
+    def embed_ids(self, ids: list[int]) -> torch.Tensor:
+        """Embedding of already tokenized text (``token_ids``): same windows as ``embed``."""
+        seqs = self._windows(list(ids))
+        with torch.inference_mode():
+            win = torch.cat(
+                [
+                    self._forward(seqs[b : b + self.batch_size])
+                    for b in range(0, len(seqs), self.batch_size)
+                ]
+            )
+        weights = torch.tensor([max(len(s) - 2, 1) for s in seqs], dtype=torch.float32)
+        return torch.nn.functional.normalize((win * weights[:, None]).sum(0), p=2, dim=-1)
+
 
 @functools.lru_cache(maxsize=1)
 def get_embedder() -> Embedder:

@@ -3,6 +3,13 @@
 Normalisation strips zero-width characters, undoes leetspeak, collapses letters separated by
 hyphens or spaces ("d-i-s-r-e-g-a-r-d"), and base64 blobs are decoded and scanned too.
 Each pattern group fires at most once; the score is 1 - prod(1 - w) over fired groups.
+
+Cost is linear in the prompt and small (a few ms at 8,000 tokens): the text is lowercased once
+so no pattern needs IGNORECASE; NFKC and zero-width stripping run only on non-ASCII text; the
+leetspeak pass runs only when a letter touches a leet digit somewhere; and each pattern runs
+only when one of its anchors - literals, one of which every match contains - occurs in the
+text (a plain substring test). tests/test_router_signals_text.py checks the anchors against
+the patterns on the routing set and on every pattern's own examples.
 """
 
 from __future__ import annotations
@@ -20,8 +27,8 @@ _ZERO_WIDTH = re.compile("[\u200b\u200c\u200d\u2060\ufeff\u00ad]")
 _LEET = str.maketrans(
     {"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a", "$": "s"}
 )
-_LEET_WORD = re.compile(r"\b(?=\w*[a-z])(?=\w*[013457])[a-z013457]{3,}\b", re.I)
-_SPACED = re.compile(r"\b(?:[A-Za-z][-_. ]){3,}[A-Za-z]\b")
+_LEET_WORD = re.compile(r"\b(?=\w*[a-z])(?=\w*[013457])[a-z013457]{3,}\b")
+_LEET_HINT = re.compile(r"[a-z][013457]|[013457][a-z]")  # any leet word has such a pair
 _B64 = re.compile(r"[A-Za-z0-9+/]{16,}={0,2}")
 
 _INSTR = r"(?:instructions?|guidance|rules|guidelines|prompts?|directions|directives|guardrails)"
@@ -141,32 +148,147 @@ _PATTERNS: list[tuple[str, float, str]] = [
     ),
     ("harm", 0.35, _HARM),
 ]
-_COMPILED = [(g, w, re.compile(p, re.I | re.S)) for g, w, p in _PATTERNS]
+# Anchors of each pattern above, in order: lowercase literals, one of which occurs in every
+# text the pattern matches (so a pattern whose anchors are all absent cannot match).
+_ANCHORS: list[tuple[str, ...]] = [
+    ("ignore", "disregard", "forget", "override", "bypass", "skip"),
+    ("ignorez", "ignora ", "vergiss", "忽略", "以前の指示を無視"),
+    ("forget the", "previous rules don", "new instructions for the", "stop the review"),
+    (
+        "you are",
+        "youre now",
+        "you're now",
+        "from now on",
+        "you have two",
+        "du bist jetzt",
+        "你现在是",
+    ),
+    (
+        "polic",
+        "restriction",
+        "without",
+        "no rules",
+        "ohne regeln",
+        "没有任何限制",
+        "uncensored",
+        "unfiltered",
+        "never refuses",
+        "follow guidelines",
+        "not have to abide",
+        "broken free",
+        "break the rules",
+    ),
+    ("do anything now", "stay dan", "stay stan", "dan,", "stan,", "aim,", "antigpt,", "devmode,"),
+    ("your system", "your hidden", "your initial"),
+    ("developer mode", "dev mode", "devmode", "admin_mode", "adminmode", "god mode", "jailbroken"),
+    ("filter", "disable your", "safety rules"),
+    ("system prompt", "hidden ", "initial instructions", "words above"),
+    ("or refusals", "never ", "refuses", "mandatory warning"),
+    ("system prompt]", "system override", "<!--", "if you are an", "note to ai", "ai assistant:"),
+    ("developer", "authori", "you are cleared"),
+    ("moderation", "filter", "safety", "replace numbers with letters", "instructions inside"),
+    ("opposite", "harmful"),
+    ("grandm",),
+    ("if you were an ai", "hypothetically", "thought experiment"),
+    ("pretend", "act as", "play a game", "in character", "roleplay", "role-play"),
+    ("exact ", "step-by", "step by", "step-", "real working", "with root on"),
+    ("linux terminal", "production", "bank"),
+    (
+        "meth",
+        "napalm",
+        "bomb",
+        "explosiv",
+        "sarin",
+        "ricin",
+        "nerve agent",
+        "keylogger",
+        "ransomware",
+        "malware",
+        "poison",
+        "launder",
+        "ghost gun",
+        "firearm",
+        "phish",
+        "stalk",
+        "hotwire",
+        "lethal dose",
+        "breathalyzer",
+        "/etc/shadow",
+        "stolen credit card",
+        "harass",
+        "minor",
+        "unsupervised access",
+        "kids online",
+        "clone a credit",
+        "kreditkarte klont",
+        "入侵",
+        "password",
+    ),
+]
+assert len(_ANCHORS) == len(_PATTERNS)
+# Patterns run on lowercased text, so they need no IGNORECASE (which defeats fast scanning).
+_COMPILED = [
+    (g, w, re.compile(p, re.S), anchors)
+    for (g, w, p), anchors in zip(_PATTERNS, _ANCHORS, strict=True)
+]
 # "a poem titled 'Ignore All Previous Instructions'" quotes the phrase rather than using it.
-_QUOTED_TITLE = re.compile(r"(?:titled|called|named|phrase|term|slogan)\s+['\"“‘]", re.I)
+_QUOTED_TITLE = re.compile(r"(?:titled|called|named|phrase|term|slogan)\s+['\"“‘]")
+_HYPHENATED = re.compile(r"\b(?:[a-z]-){3,}[a-z]\b")
+_SPACED_OUT = re.compile(r"\b(?:[a-z] ){3,}[a-z]\b")
+_HYPHEN_HINT = re.compile(r"-[a-z]-")  # literal-led, so the engine scans fast
+_SPACE_HINT = re.compile(r" [a-z] [a-z] ")
 
 
-def _collapse_spaced(text: str) -> str:
-    def join(m: re.Match[str]) -> str:
-        return re.sub(r"[-_. ]", "", m.group())
+def _is_word_char(c: str) -> bool:
+    return c.isalnum() or c == "_"
 
-    return _SPACED.sub(join, text)
+
+def _deleet(low: str) -> tuple[str, int]:
+    """Translate leetspeak words; returns (text, number of leet words).
+
+    A leet word (3+ characters of [a-z013457] with a letter and a leet digit, a whole word)
+    always has a letter next to a leet digit, so only the words around such pairs are checked.
+    """
+    spans: list[tuple[int, int]] = []
+    checked_until = 0  # hints come in order; one inside an already checked word is skipped
+    for m in _LEET_HINT.finditer(low):
+        start, end = m.start(), m.end()
+        if start < checked_until:
+            continue
+        while start > 0 and _is_word_char(low[start - 1]):
+            start -= 1
+        while end < len(low) and _is_word_char(low[end]):
+            end += 1
+        checked_until = end
+        if _LEET_WORD.fullmatch(low, start, end):
+            spans.append((start, end))
+    if not spans:
+        return low, 0
+    out, pos = [], 0
+    for start, end in spans:
+        out.append(low[pos:start])
+        out.append(low[start:end].translate(_LEET))
+        pos = end
+    out.append(low[pos:])
+    return "".join(out), len(spans)
 
 
 def normalise(text: str) -> tuple[str, dict[str, Any]]:
-    """Return (normalised text, obfuscation stats)."""
-    stripped = _ZERO_WIDTH.sub("", unicodedata.normalize("NFKC", text))
+    """Return (normalised lowercase text, obfuscation stats)."""
+    stripped = text
+    if not text.isascii():  # NFKC and zero-width characters only concern non-ASCII text
+        if not unicodedata.is_normalized("NFKC", stripped):
+            stripped = unicodedata.normalize("NFKC", stripped)
+        if _ZERO_WIDTH.search(stripped):
+            stripped = _ZERO_WIDTH.sub("", stripped)
     n_zw = len(text) - len(stripped)
-    leet_words = _LEET_WORD.findall(stripped)
-    deleeted = _LEET_WORD.sub(lambda m: m.group().translate(_LEET), stripped)
-    collapsed = re.sub(
-        r"\b(?:[a-z]-){3,}[a-z]\b", lambda m: m.group().replace("-", ""), deleeted, flags=re.I
-    )
-    collapsed = re.sub(
-        r"\b(?:[a-z] ){3,}[a-z]\b", lambda m: m.group().replace(" ", ""), collapsed, flags=re.I
-    )
-    words = max(1, len(stripped.split()))
-    return collapsed, {"zero_width": n_zw, "leet_ratio": len(leet_words) / words}
+    low, n_leet = _deleet(stripped.lower())
+    if _HYPHEN_HINT.search(low):
+        low = _HYPHENATED.sub(lambda m: m.group().replace("-", ""), low)
+    if _SPACE_HINT.search(low):
+        low = _SPACED_OUT.sub(lambda m: m.group().replace(" ", ""), low)
+    ratio = n_leet / max(1, len(stripped.split())) if n_leet else 0.0
+    return low, {"zero_width": n_zw, "leet_ratio": ratio}
 
 
 def _decode_b64(text: str) -> list[str]:
@@ -196,9 +318,11 @@ class JailbreakDetector(Signal):
     def score(self, text: str) -> tuple[float, dict[str, float], dict[str, Any]]:
         norm, stats = normalise(text)
         decoded = _decode_b64(text)
-        hay = "\n".join([norm, *decoded])
+        hay = "\n".join([norm, *(d.lower() for d in decoded)])
         fired: dict[str, float] = {}
-        for group, weight, rx in _COMPILED:
+        for group, weight, rx, anchors in _COMPILED:
+            if not any(a in hay for a in anchors):
+                continue
             m = rx.search(hay)
             if not m:
                 continue
@@ -219,8 +343,8 @@ class JailbreakDetector(Signal):
 
     def _evaluate(self, text: str, ctx: Any) -> SignalResult:
         if self.cfg.include_history and ctx is not None:
-            history = ctx.get("history", []) if isinstance(ctx, dict) else []
-            text = "\n".join([*map(str, history), text])
+            history = ctx.get("history", []) if hasattr(ctx, "get") else []
+            text = "\n".join([*map(str, history or []), text])
         conf, fired, stats = self.score(text)
         return SignalResult(
             name=self.name,

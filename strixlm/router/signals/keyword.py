@@ -12,11 +12,15 @@ from strixlm.router.config_signals import KeywordSignal
 from strixlm.router.signals.base import Signal, SignalResult
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
+FUZZY_MEMO_MAX = 100_000  # remembered (window -> ratio) pairs per keyword
 
 
 def tokenize(text: str, case_sensitive: bool = False) -> list[str]:
-    toks = _TOKEN.findall(text)
-    return toks if case_sensitive else [t.lower() for t in toks]
+    if case_sensitive:
+        return _TOKEN.findall(text)
+    if text.isascii():  # lowercasing first is the same there, and one call instead of many
+        return _TOKEN.findall(text.lower())
+    return [t.lower() for t in _TOKEN.findall(text)]
 
 
 class KeywordMatcher(Signal):
@@ -44,6 +48,25 @@ class KeywordMatcher(Signal):
         n = len(self._kw_tokens)
         df = Counter(t for toks in self._kw_tokens for t in set(toks))
         self._idf = {t: math.log(1.0 + (n - c + 0.5) / (c + 0.5)) for t, c in df.items()}
+        self._fuzzy_matchers = [SequenceMatcher(None, "", " ".join(kt)) for kt in self._kw_tokens]
+        self._fuzzy_memo: list[dict[str, float]] = [{} for _ in self._kw_tokens]
+        self._lowered: tuple[str, str | None] | None = None  # (text, lowered) of the last call
+
+    def _has(self, kw: str, rx: re.Pattern[str], text: str) -> bool:
+        """Regex search; in exact mode a substring test first rules most keywords out cheaply
+        (a lookbehind-led, case-insensitive pattern cannot use the regex engine's fast scan)."""
+        if self.cfg.mode == "exact":
+            if self.cfg.case_sensitive:
+                if kw not in text:
+                    return False
+            else:
+                low = self._lowered
+                if low is None or low[0] is not text:
+                    # Only ASCII text lowercases exactly as the regex engine folds case.
+                    low = self._lowered = (text, text.lower() if text.isascii() else None)
+                if low[1] is not None and kw.lower() not in low[1]:
+                    return False
+        return rx.search(text) is not None
 
     def bm25(self, text: str) -> float:
         toks = tokenize(text, self.cfg.case_sensitive)
@@ -56,20 +79,49 @@ class KeywordMatcher(Signal):
                 score += idf * f * (self.k1 + 1.0) / (f + norm)
         return score
 
+    def _ratio(self, kw_index: int, window: str) -> float:
+        """difflib ratio of ``window`` to keyword ``kw_index`` when it can reach the threshold
+        (length within the original slack, then difflib's cheap upper bounds), else 0.0."""
+        matcher = self._fuzzy_matchers[kw_index]
+        target_len = len(matcher.b)
+        if abs(len(window) - target_len) > target_len // 2 + 1:
+            return 0.0
+        matcher.set_seq1(window)
+        thr = self.cfg.fuzzy_threshold
+        if matcher.real_quick_ratio() < thr or matcher.quick_ratio() < thr:
+            return 0.0
+        return matcher.ratio()
+
     def _fuzzy_hits(self, text: str) -> list[tuple[str, float]]:
+        """Best difflib ratio of each keyword against every window of as many tokens.
+
+        Each distinct window is scored once and remembered across requests (windows recur), and
+        windows that cannot reach the threshold are ruled out by length and difflib's cheap
+        upper bounds (``real_quick_ratio`` >= ``quick_ratio`` >= ``ratio``) before ``ratio``
+        runs, so the result equals scoring every window in order at a fraction of the cost.
+        """
         toks = tokenize(text, self.cfg.case_sensitive)
+        windows_by_k: dict[int, set[str]] = {}
         hits = []
-        for kw, kt in zip(self.cfg.keywords, self._kw_tokens, strict=True):
+        for i, (kw, kt) in enumerate(zip(self.cfg.keywords, self._kw_tokens, strict=True)):
             k = len(kt) or 1
-            target = " ".join(kt)
-            best = 0.0
-            for i in range(max(1, len(toks) - k + 1)):
-                window = " ".join(toks[i : i + k])
-                if abs(len(window) - len(target)) > len(target) // 2 + 1:
-                    continue
-                best = max(best, SequenceMatcher(None, window, target).ratio())
-                if best == 1.0:
-                    break
+            if k not in windows_by_k:
+                n = max(1, len(toks) - k + 1)
+                windows_by_k[k] = (
+                    set(toks) if k == 1 else {" ".join(toks[j : j + k]) for j in range(n)}
+                )
+            windows = windows_by_k[k] or {""}
+            memo = self._fuzzy_memo[i]
+            missing = windows.difference(memo)
+            if len(memo) + len(missing) > FUZZY_MEMO_MAX:
+                memo.clear()
+                missing = windows
+            for window in missing:
+                memo[window] = self._ratio(i, window)
+            try:
+                best = max(map(memo.__getitem__, windows))
+            except KeyError:  # another thread cleared the memo in between
+                best = max(self._ratio(i, w) for w in windows)
             if best >= self.cfg.fuzzy_threshold:
                 hits.append((kw, best))
         return hits
@@ -87,7 +139,9 @@ class KeywordMatcher(Signal):
             hits = [k for k, _ in scored]
         else:
             scored = []
-            hits = [kw for kw, rx in zip(cfg.keywords, self._rx, strict=True) if rx.search(text)]
+            hits = [
+                kw for kw, rx in zip(cfg.keywords, self._rx, strict=True) if self._has(kw, rx, text)
+            ]
         frac = len(hits) / len(cfg.keywords)
         matched = bool(hits) if cfg.match == "any" else len(hits) == len(cfg.keywords)
         if cfg.mode == "fuzzy" and scored:

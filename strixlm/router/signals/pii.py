@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import ipaddress
 import re
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ _PLACEHOLDER_ADDRESSES = re.compile(
 _KNOWN_BAD_SSNS = {"078051120", "219099999", "123456789"}
 
 _EMAIL = re.compile(
-    r"(?<![\w.+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"
+    r"(?<![\w.%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"
 )
 _CARD = re.compile(r"(?<![\w-])\d(?:[ -]?\d){12,18}(?![\w-])")
 _SSN = re.compile(r"(?<![\w-])(\d{3})[- ](\d{2})[- ](\d{4})(?![\w-])")
@@ -136,15 +137,20 @@ class PIIDetector(Signal):
 
     def find(self, text: str) -> list[PIISpan]:
         spans: list[PIISpan] = []
-        taken: list[tuple[int, int]] = []
+        # Taken spans never overlap, so sorted starts and ends find a clash by bisection
+        # (a linear scan per candidate made prompts full of candidates quadratic).
+        starts: list[int] = []
+        ends: list[int] = []
 
         def add(start: int, end: int, typ: str) -> None:
-            if any(start < e and s < end for s, e in taken):
+            i = bisect.bisect_right(starts, start)
+            if (i > 0 and ends[i - 1] > start) or (i < len(starts) and starts[i] < end):
                 return
             value = text[start:end]
             if self._norm(value) in self.allow_values:
                 return
-            taken.append((start, end))
+            starts.insert(i, start)
+            ends.insert(i, end)
             spans.append(PIISpan(start, end, typ, value))
 
         for typ in (

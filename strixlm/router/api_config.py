@@ -1,0 +1,55 @@
+"""Config as JSON for the management API: dump with secrets redacted, and parse a posted
+config (JSON object or YAML text) back, restoring redacted secrets from the running one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from strixlm.router.config import RouterConfig, RouterConfigError, validate_data
+
+REDACTED = "***redacted***"
+
+
+def dump_config(cfg: RouterConfig) -> dict[str, Any]:
+    """JSON-ready config that validates again when posted back (None fields left out: a rule
+    node lists only its own operator)."""
+    data = cfg.model_dump(mode="json", by_alias=True, exclude_none=True)
+    for b in data.get("backends", []):
+        if "api_key" in b:
+            b["api_key"] = REDACTED
+    return data
+
+
+def parse_posted(body: bytes, content_type: str, current: RouterConfig) -> RouterConfig:
+    """Validates a posted config; raises RouterConfigError (one line per problem)."""
+    source = "<posted config>"
+    root = None
+    try:
+        if "yaml" in content_type:
+            text = body.decode()
+            root = yaml.compose(text, Loader=yaml.SafeLoader)
+            data = yaml.safe_load(text)
+        else:
+            import json
+
+            data = json.loads(body or b"null")
+    except (ValueError, yaml.YAMLError) as e:
+        raise RouterConfigError([f"{source}: cannot parse: {e}"]) from None
+    if isinstance(data, dict) and isinstance(data.get("config"), dict) and len(data) == 1:
+        data = data["config"]  # accept {"config": {...}} as GET returns it
+    if isinstance(data, dict):
+        old_keys = {b.name: b.api_key for b in current.backends if b.api_key}
+        for b in data.get("backends") or []:
+            if isinstance(b, dict) and b.get("api_key") == REDACTED:
+                if b.get("name") in old_keys:
+                    b["api_key"] = old_keys[b["name"]]
+                else:
+                    b.pop("api_key")
+    return validate_data(data, source, root)
+
+
+def dump_yaml(cfg: RouterConfig) -> str:
+    data = cfg.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
