@@ -35,6 +35,7 @@ class EngineCore:
         num_blocks = self.runner.determine_num_blocks()
         self.runner.init_kv_cache(num_blocks)
         self.runner.capture_cuda_graphs()
+        self.runner.warmup_kernels()
         bs = config.cache.block_size
         if (num_blocks - 1) * bs < info.max_model_len:
             logger.warning(

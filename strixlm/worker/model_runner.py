@@ -317,6 +317,31 @@ class ModelRunner:
         infos = [self.table.info[r] for r in sample_rows]
         return StepHandle([i.request_id for i in infos], [i.params.logprobs for i in infos], out)
 
+    def warmup_kernels(self) -> None:
+        """Run a short and a mid-length prefill once, so the Triton kernels these shapes
+        select are compiled at startup rather than in the middle of the first requests
+        (a first-time compile stalls a step for about a second)."""
+        if not self.device.startswith("cuda") or self.layout is not None:
+            return
+        self._run_warmup_steps()
+        torch.cuda.synchronize()
+
+    def _run_warmup_steps(self) -> None:
+        from strixlm.core.scheduler import NewRequestData
+        from strixlm.engine.request import Request, SamplingParams
+
+        for i, n in enumerate((48, 600)):
+            n = min(n, self.max_model_len - 1)
+            rid = f"__warmup_{i}__"
+            req = Request(rid, [0] * n, SamplingParams(max_tokens=1))
+            blocks = [list(range(1, 1 + -(-n // self.block_size)))]
+            self.execute(
+                SchedulerOutput(
+                    new_reqs=[NewRequestData(req, blocks, 0)], num_scheduled_tokens={rid: n}
+                )
+            ).result()
+            self.execute(SchedulerOutput(finished_req_ids={rid}))
+
     def _to_device(self, values: list[int]) -> torch.Tensor:
         t = torch.tensor(values, dtype=torch.int32)
         if self.device.startswith("cuda"):
