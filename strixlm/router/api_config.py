@@ -41,7 +41,8 @@ def parse_posted(body: bytes, content_type: str, current: RouterConfig) -> Route
         data = data["config"]  # accept {"config": {...}} as GET returns it
     if isinstance(data, dict):
         old_keys = {b.name: b.api_key for b in current.backends if b.api_key}
-        for b in data.get("backends") or []:
+        backends = data.get("backends")
+        for b in backends if isinstance(backends, list) else []:  # a non-list: validation says
             if isinstance(b, dict) and b.get("api_key") == REDACTED:
                 if b.get("name") in old_keys:
                     b["api_key"] = old_keys[b["name"]]

@@ -2,7 +2,8 @@
 
 OpenAI surface: POST /v1/chat/completions (model `auto` is routed, a served model name passes
 through), GET /v1/models. Operations: GET /health, GET /metrics (Prometheus), and the JSON
-management API under /api/v1 (see `api.py`).
+management API under /api/v1 (see `api.py`), and the dashboard at /dashboard
+(`server_dashboard.py`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from strixlm.router.api import build_api
 from strixlm.router.api_errors import APIError
 from strixlm.router.config import AUTO
 from strixlm.router.server_chat import handle_chat
+from strixlm.router.server_dashboard import mount_dashboard
 from strixlm.router.server_metrics import CONTENT_TYPE
 from strixlm.router.server_state import RouterRuntime
 
@@ -87,6 +89,7 @@ def build_app(runtime: RouterRuntime) -> FastAPI:
         return Response(runtime.metrics.render(), media_type=CONTENT_TYPE)
 
     app.include_router(build_api(runtime))
+    mount_dashboard(app, runtime)  # /dashboard and the JSON it reads
 
     @app.exception_handler(APIError)
     async def on_api_error(_: Request, e: APIError) -> Response:
