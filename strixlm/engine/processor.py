@@ -47,6 +47,7 @@ class InputProcessor:
             raise InvalidRequestError(f"token id {bad[0]} is out of range for vocab size {vocab}")
         if any(not 0 <= t < vocab for t in params.stop_token_ids):
             raise InvalidRequestError("stop_token_ids contains an id outside the vocabulary")
+        self._check_thinking_budget(params)
         if params.max_tokens is None:
             params = dataclasses.replace(params, max_tokens=max_len - n_prompt)
         if params.max_tokens > max_len - n_prompt:
@@ -72,3 +73,16 @@ class InputProcessor:
                 )
             )
         return reqs
+
+    def _check_thinking_budget(self, params: SamplingParams) -> None:
+        if params.thinking_token_budget is None:
+            return
+        markers = params.reasoning_markers
+        if markers is None:
+            raise InvalidRequestError(
+                "thinking_token_budget needs reasoning_markers (the token ids that open and "
+                "close reasoning, e.g. ReasoningMarkers.from_parser(tokenizer, 'qwen3'))"
+            )
+        vocab = self.info.vocab_size
+        if any(not 0 <= t < vocab for t in markers.all_token_ids):
+            raise InvalidRequestError("reasoning_markers contain an id outside the vocabulary")

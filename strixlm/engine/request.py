@@ -6,6 +6,8 @@ import enum
 import time
 from dataclasses import dataclass, field
 
+from strixlm.engine.thinking_budget import ReasoningMarkers
+
 MAX_TOP_LOGPROBS = 20
 
 
@@ -28,6 +30,10 @@ class SamplingParams:
     logprobs: int | None = None  # number of top logprobs per token beside the sampled one
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
+    # Reasoning tokens allowed before the engine closes the reasoning itself (None: no cap).
+    # Needs reasoning_markers; the server fills them from --reasoning-parser.
+    thinking_token_budget: int | None = None
+    reasoning_markers: ReasoningMarkers | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -68,6 +74,15 @@ class SamplingParams:
             bad(f"logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {self.logprobs}")
         if any(not s for s in self.stop):
             bad("stop strings must not be empty")
+        budget = self.thinking_token_budget
+        if budget is not None and (
+            isinstance(budget, bool) or not isinstance(budget, int) or budget < 0
+        ):
+            bad(f"thinking_token_budget must be a non-negative integer, got {budget!r}")
+        if self.reasoning_markers is not None and not isinstance(
+            self.reasoning_markers, ReasoningMarkers
+        ):
+            bad("reasoning_markers must be a ReasoningMarkers")
 
     @property
     def greedy(self) -> bool:

@@ -72,6 +72,16 @@ class SamplingMetadata:
     all_greedy: bool = False
     no_penalties: bool = True
     no_top_k_top_p_min_p: bool = True
+    # [B] int64 tokens to emit instead of sampling (-1: sample); thinking budgets set it.
+    forced_token_ids: torch.Tensor | None = None
+
+    def apply_forced(self, sampled: torch.Tensor) -> torch.Tensor:
+        """Substitute forced tokens for sampled ones (before logprobs are gathered, so a
+        forced token gets the logprob the model gave it)."""
+        if self.forced_token_ids is None:
+            return sampled
+        forced = self.forced_token_ids.to(sampled.dtype)
+        return torch.where(forced >= 0, forced, sampled)
 
     @classmethod
     def build(

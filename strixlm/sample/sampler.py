@@ -66,7 +66,7 @@ class Sampler(torch.nn.Module):
         logits = apply_suppress_tokens(logits, md.suppress_token_ids)
         if not md.no_penalties:
             logits = apply_penalties(logits, md)
-        sampled = self._sample(logits, md)
+        sampled = md.apply_forced(self._sample(logits, md))
         lp = None
         if logprobs is not None:
             assert md.max_num_logprobs is not None

@@ -402,6 +402,7 @@ class TritonSampler(torch.nn.Module):
         stats, clear = mark_stats(self._stats, logits, md)
         tokens, self.last_thresholds = sample_tokens(logits, md, stats, self.num_splits, self.block)
         clear()
+        tokens = md.apply_forced(tokens)
         lp = None
         if md.max_num_logprobs is not None:
             out = _triton_token_logprobs(

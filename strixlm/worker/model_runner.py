@@ -19,6 +19,7 @@ from strixlm.core.scheduler import SchedulerOutput
 from strixlm.layers.attention.backend import AttentionBackend, kv_cache_shape
 from strixlm.layers.attention.torch_paged import TorchPagedAttention
 from strixlm.models.loader import load_model
+from strixlm.sample.forced_tokens import ThinkingBudgetTable
 from strixlm.sample.metadata import SamplingMetadata
 from strixlm.sample.sampler import Sampler
 from strixlm.sample.triton_sampler import TritonSampler
@@ -218,6 +219,7 @@ class ModelRunner:
         max_tokens = max(sc.max_num_batched_tokens, sc.max_num_seqs)
         self.buffers = InputBuffers(max_tokens, sc.max_num_seqs, self.device)
         self.sampling = SamplingTable(sc.max_num_seqs + 1, self.vocab_size, self.device)
+        self.thinking = ThinkingBudgetTable(sc.max_num_seqs + 1, self.device)
 
     def _init_hybrid_cache(self, num_blocks: int) -> None:
         """One pool for attention KV and Mamba state; each layer gets its view of it."""
@@ -267,10 +269,12 @@ class ModelRunner:
         ]
         for cached in sched.cached_reqs:
             table.append_blocks(table.rows[cached.request_id], cached.new_block_ids)
-        for row in new_rows:
+        for row, new in zip(new_rows, sched.new_reqs, strict=True):
             self.sampling.add(row, table.info[row])
+            self.thinking.add(row, new.request)
         table.flush(new_rows)
         self.sampling.flush()
+        self.thinking.flush()
         return new_rows
 
     @torch.inference_mode()
@@ -352,6 +356,12 @@ class ModelRunner:
         table = self.table
         rows_np = np.asarray(rows)
         suppress = self.sampling.suppressed(rows_np, table.num_tokens_cpu, table.info)
-        return self.sampling.metadata(
+        md = self.sampling.metadata(
             rows_np, rows_dev, table.num_tokens, table.num_tokens_cpu, table.token_ids, suppress
         )
+        if self.thinking.any_budget(rows_np):
+            # Decided on the device from the rows' persistent state (no host sync).
+            md.forced_token_ids = self.thinking.forced_tokens(
+                table.token_ids, rows_dev, md.positions
+            )
+        return md

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_serializer
 
 
 class OpenAIBase(BaseModel):
@@ -107,6 +107,9 @@ class ChatCompletionRequest(SamplingRequest):
     include_reasoning: bool = True
     add_generation_prompt: bool = True
     continue_final_message: bool = False
+    # Reasoning tokens before the engine closes the reasoning (needs --reasoning-parser).
+    # Strict: 1.5, "8" and true are 400s, not silently coerced.
+    thinking_token_budget: StrictInt | None = None
 
 
 class CompletionRequest(SamplingRequest):

@@ -2,11 +2,15 @@
 
 With `--reasoning-parser` / `--tool-call-parser` the generated text of each choice goes
 through chat_parsing.ChoiceOutput: reasoning is returned as `reasoning_content` and
-`reasoning`, tool calls as `tool_calls` (streamed as OpenAI-shaped deltas).
+`reasoning`, tool calls as `tool_calls` (streamed as OpenAI-shaped deltas). The reasoning
+parser also tells the engine how reasoning looks in tokens, for `thinking_token_budget`
+(strixlm/engine/thinking_budget.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
 import math
 import time
@@ -17,7 +21,8 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from strixlm.engine.client import EngineDeadError
-from strixlm.engine.request import MAX_TOP_LOGPROBS, TokenLogprob
+from strixlm.engine.request import MAX_TOP_LOGPROBS, SamplingParams, TokenLogprob
+from strixlm.engine.thinking_budget import ReasoningMarkers
 from strixlm.entrypoints.openai.chat_parsing import (
     ChatParsingOptions,
     ChoiceOutput,
@@ -51,6 +56,7 @@ from strixlm.entrypoints.openai.serving import (
     OutputStream,
     ServingBase,
     TokenStrings,
+    bad_value,
     parse_body,
     server_error,
     sse,
@@ -160,6 +166,7 @@ class ServingChat(ServingBase):
         )
         if self.keep_special_tags:
             params.skip_special_tokens = False  # the parsers must see their tags
+        params = self.thinking_budget(req, params, prompt_text)
         outputs = [self.choice_output(req, plan, prompt_text) for _ in range(req.n)]
         rid = f"chatcmpl-{uuid.uuid4().hex}"
         logger.debug("%s: %d prompt tokens, %s", rid, len(prompt_ids), params)
@@ -174,6 +181,35 @@ class ServingChat(ServingBase):
         if resp is None:
             return Response(status_code=499)  # nobody is listening
         return JSONResponse(resp.model_dump())
+
+    @functools.cached_property
+    def reasoning_markers(self) -> ReasoningMarkers:
+        """The reasoning parser's tags in this model's token ids (computed once)."""
+        cls = get_reasoning_parser(self.parsing.reasoning_parser)
+        return ReasoningMarkers.from_parser(self.client.info.tokenizer, cls)
+
+    def thinking_budget(
+        self, req: ChatCompletionRequest, params: SamplingParams, prompt_text: str
+    ) -> SamplingParams:
+        """Attach `thinking_token_budget` and the markers the engine needs to enforce it."""
+        budget = req.thinking_token_budget
+        if budget is None:
+            return params
+        if not self.parsing.reasoning_parser:
+            raise APIError(
+                "thinking_token_budget needs to know where reasoning ends: start the server "
+                "with --reasoning-parser",
+                param="thinking_token_budget",
+            )
+        cls = get_reasoning_parser(self.parsing.reasoning_parser)
+        starts = cls.starts_in_reasoning(prompt_text, req.chat_template_kwargs or {})
+        try:
+            markers = self.reasoning_markers.for_prompt(starts)
+            return dataclasses.replace(
+                params, thinking_token_budget=budget, reasoning_markers=markers
+            )
+        except ValueError as e:
+            raise bad_value(e, FIELDS) from None
 
     def render(self, req: ChatCompletionRequest, plan: ToolPlan) -> tuple[list[int], str]:
         tok = self.client.info.tokenizer
