@@ -25,12 +25,14 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import os
 import platform
 import sys
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -90,17 +92,29 @@ def ok(e: dict[str, float], tol: float) -> bool:
     return e["finite"] and e["rel"] < tol
 
 
-def pool(slots: int, shape: tuple[int, ...], dtype: torch.dtype, dev: str) -> torch.Tensor:
-    """Random states as a strided view into a wider buffer, like views into a block pool."""
-    numel = 1
-    for s in shape:
-        numel *= s
-    buf = torch.randn(slots, numel + 64, device=dev).to(dtype)
-    return buf[:, :numel].view(slots, *shape)
+@dataclass
+class StatePool:
+    """States as a strided view into a wider buffer, like views into a block pool.
+
+    The pool keeps its own handle on the buffer: a view made under inference_mode has no
+    `._base` (torch records no view metadata for inference tensors), which is what broke
+    this script on the H200."""
+
+    base: torch.Tensor  # [slots, numel + 64]
+    view: torch.Tensor  # [slots, *shape]: what the kernels see
+
+    @classmethod
+    def over(cls, base: torch.Tensor, shape: tuple[int, ...]) -> StatePool:
+        return cls(base, base[:, : math.prod(shape)].view(base.shape[0], *shape))
+
+    def clone(self) -> StatePool:
+        return StatePool.over(self.base.clone(), tuple(self.view.shape[1:]))
 
 
-def clone_view(v: torch.Tensor) -> torch.Tensor:
-    return v._base.clone()[:, : v[0].numel()].view(v.shape)
+def pool(slots: int, shape: tuple[int, ...], dtype: torch.dtype, dev: str) -> StatePool:
+    """Random states in a buffer 64 elements wider per slot than they need."""
+    buf = torch.randn(slots, math.prod(shape) + 64, device=dev).to(dtype)
+    return StatePool.over(buf, shape)
 
 
 class Layer:
@@ -145,29 +159,29 @@ def check_prefill(name: str, lens: list[int], init: list[bool], dtype, dev, swee
     row: dict[str, Any] = {"case": f"prefill {name}", "dtype": str(dtype), "tokens": t}
     tol = TOL[dtype]
 
-    def conv(fn, states):
-        return fn(inp["xbc"], layer.conv_w, layer.conv_b, states, qsl, sidx, has_init)
+    def conv(fn, states: StatePool):
+        return fn(inp["xbc"], layer.conv_w, layer.conv_b, states.view, qsl, sidx, has_init)
 
-    c_ref_st, c_tri_st = clone_view(conv_st), clone_view(conv_st)
+    c_ref_st, c_tri_st = conv_st.clone(), conv_st.clone()
     xbc_ref = conv(causal_conv1d_varlen_ref, c_ref_st)
     xbc_tri = conv(causal_conv1d_varlen_triton, c_tri_st)
     row["conv_out"] = errs(xbc_tri, xbc_ref)
-    row["conv_state_exact"] = bool(torch.equal(c_tri_st._base, c_ref_st._base))
+    row["conv_state_exact"] = bool(torch.equal(c_tri_st.base, c_ref_st.base))
     x, b, c = split_xbc(xbc_ref)  # both scans see the same inputs
     chunks = prepare_ssd_chunks(qsl, t, NANO["chunk"])
     params = (x, inp["dt"], layer.A, b, c, layer.D, layer.dt_bias)
     no_limit = (0.0, float("inf"))
 
-    def scan(fn, states, **kw):
-        return fn(*params, states, qsl, sidx, has_init, NANO["chunk"], True, no_limit, **kw)
+    def scan(fn, states: StatePool, **kw):
+        return fn(*params, states.view, qsl, sidx, has_init, NANO["chunk"], True, no_limit, **kw)
 
-    s_ref, s_tri = clone_view(ssm_st), clone_view(ssm_st)
+    s_ref, s_tri = ssm_st.clone(), ssm_st.clone()
     y_ref = scan(ssd_scan_varlen_ref, s_ref)
     y_tri = scan(ssd_scan_varlen_triton, s_tri, chunks=chunks)
     row["scan_out"] = errs(y_tri, y_ref)
-    row["scan_state"] = errs(s_tri, s_ref)
+    row["scan_state"] = errs(s_tri.view, s_ref.view)
     unused = sorted(set(range(slots)) - set(sidx.tolist()))
-    row["unused_slots_untouched"] = bool(torch.equal(s_tri._base[unused], ssm_st._base[unused]))
+    row["unused_slots_untouched"] = bool(torch.equal(s_tri.base[unused], ssm_st.base[unused]))
     row["ok"] = (
         ok(row["conv_out"], tol["out"])
         and row["conv_state_exact"]
@@ -175,7 +189,7 @@ def check_prefill(name: str, lens: list[int], init: list[bool], dtype, dev, swee
         and ok(row["scan_state"], tol["state"])
         and row["unused_slots_untouched"]
     )
-    st_a, st_b = clone_view(conv_st), clone_view(ssm_st)
+    st_a, st_b = conv_st.clone(), ssm_st.clone()
     row["ms_conv_triton"] = bench(lambda: conv(causal_conv1d_varlen_triton, st_a))
     row["ms_scan_triton"] = bench(lambda: scan(ssd_scan_varlen_triton, st_b, chunks=chunks))
     row["ms_scan_triton_incl_table"] = bench(lambda: scan(ssd_scan_varlen_triton, st_b))
@@ -183,17 +197,17 @@ def check_prefill(name: str, lens: list[int], init: list[bool], dtype, dev, swee
     row["ms_scan_ref"] = bench(lambda: scan(ssd_scan_varlen_ref, st_b), rep=5)
     if sweep:
 
-        def launch(cfg, states):
+        def launch(cfg, states: StatePool):
             from strixlm.kernels.mamba.ssd_triton import launch_ssd_scan
 
-            args = (*params, states, sidx, has_init, chunks, True, no_limit, cfg)
+            args = (*params, states.view, sidx, has_init, chunks, True, no_limit, cfg)
             return launch_ssd_scan(*args)
 
         row["sweep"] = sweep_configs(launch, y_tri, ssm_st)
     return row
 
 
-def sweep_configs(launch: Callable, y_default: torch.Tensor, states: torch.Tensor) -> list[dict]:
+def sweep_configs(launch: Callable, y_default: torch.Tensor, states: StatePool) -> list[dict]:
     """Time a few tile choices of the chunk kernels (same math; outputs compared too)."""
     from strixlm.kernels.mamba.ssd_triton import SSDLaunchConfig
 
@@ -211,8 +225,8 @@ def sweep_configs(launch: Callable, y_default: torch.Tensor, states: torch.Tenso
     out = []
     for cfg in variants:
         try:
-            y = launch(cfg, clone_view(states))  # from the same initial states as y_default
-            ms = bench(functools.partial(launch, cfg, clone_view(states)))
+            y = launch(cfg, states.clone())  # from the same initial states as y_default
+            ms = bench(functools.partial(launch, cfg, states.clone()))
             out.append({"config": repr(cfg), "ms": ms, "vs_default": errs(y, y_default)})
         except Exception as e:  # a config that does not compile is reported, not fatal
             out.append({"config": repr(cfg), "error": f"{type(e).__name__}: {e}"[:300]})
@@ -232,30 +246,30 @@ def check_decode(batch: int, dtype, dev) -> dict:
     tol = TOL[dtype]
     row: dict[str, Any] = {"case": f"decode batch {batch}", "dtype": str(dtype)}
 
-    def conv(fn, st):
-        return fn(inp["xbc"], layer.conv_w, layer.conv_b, st, sidx)
+    def conv(fn, st: StatePool):
+        return fn(inp["xbc"], layer.conv_w, layer.conv_b, st.view, sidx)
 
-    c_ref, c_tri = clone_view(conv_st), clone_view(conv_st)
+    c_ref, c_tri = conv_st.clone(), conv_st.clone()
     xbc_ref = conv(causal_conv1d_update_ref, c_ref)
     row["conv_out"] = errs(conv(causal_conv1d_update_triton, c_tri), xbc_ref)
-    row["conv_state_exact"] = bool(torch.equal(c_tri._base, c_ref._base))
+    row["conv_state_exact"] = bool(torch.equal(c_tri.base, c_ref.base))
     x, b, c = split_xbc(xbc_ref)
 
-    def ssu(fn, st):
-        return fn(st, x, inp["dt"], layer.A, b, c, layer.D, layer.dt_bias, sidx)
+    def ssu(fn, st: StatePool):
+        return fn(st.view, x, inp["dt"], layer.A, b, c, layer.D, layer.dt_bias, sidx)
 
-    s_ref, s_tri = clone_view(ssm_st), clone_view(ssm_st)
+    s_ref, s_tri = ssm_st.clone(), ssm_st.clone()
     row["ssu_out"] = errs(
         ssu(selective_state_update_triton, s_tri), ssu(selective_state_update_ref, s_ref)
     )
-    row["ssu_state"] = errs(s_tri, s_ref)
+    row["ssu_state"] = errs(s_tri.view, s_ref.view)
     row["ok"] = (
         ok(row["conv_out"], tol["out"])
         and row["conv_state_exact"]
         and ok(row["ssu_out"], tol["out"])
         and ok(row["ssu_state"], tol["state"])
     )
-    st_c, st_s = clone_view(conv_st), clone_view(ssm_st)
+    st_c, st_s = conv_st.clone(), ssm_st.clone()
     row["ms_conv_update"] = bench(lambda: conv(causal_conv1d_update_triton, st_c))
     row["ms_state_update"] = bench(lambda: ssu(selective_state_update_triton, st_s))
     state_bytes = 2 * batch * NANO["heads"] * NANO["headdim"] * NANO["dstate"] * 4
@@ -270,9 +284,9 @@ def decode_graph_ms(batch: int, dtype, dev) -> float:
     layers = [Layer(dtype, dev) for _ in range(NANO["layers"])]
     sidx = torch.arange(batch, device=dev, dtype=torch.int32)
     inp = step_inputs(batch, dtype, dev)
-    conv_pools = [pool(batch, (CONV_DIM, NANO["width"] - 1), dtype, dev) for _ in layers]
+    conv_pools = [pool(batch, (CONV_DIM, NANO["width"] - 1), dtype, dev).view for _ in layers]
     shape = (NANO["heads"], NANO["headdim"], NANO["dstate"])
-    ssm_pools = [pool(batch, shape, torch.float32, dev) for _ in layers]
+    ssm_pools = [pool(batch, shape, torch.float32, dev).view for _ in layers]
 
     def step():
         for lay, cst, sst in zip(layers, conv_pools, ssm_pools, strict=True):
@@ -305,11 +319,11 @@ def check_prefill_graph(dtype, dev) -> dict:
     inp = step_inputs(t, dtype, dev)
     conv_st = pool(n, (CONV_DIM, NANO["width"] - 1), dtype, dev)
     ssm_st = pool(n, (NANO["heads"], NANO["headdim"], NANO["dstate"]), torch.float32, dev)
-    c0, s0 = conv_st._base.clone(), ssm_st._base.clone()
+    c0, s0 = conv_st.base.clone(), ssm_st.base.clone()
 
     def run():
         xbc = causal_conv1d_varlen(
-            inp["xbc"], layer.conv_w, layer.conv_b, conv_st, qsl, sidx, has_init
+            inp["xbc"], layer.conv_w, layer.conv_b, conv_st.view, qsl, sidx, has_init
         )
         x, b, c = split_xbc(xbc)
         chunks = prepare_ssd_chunks(qsl, t, NANO["chunk"])
@@ -321,7 +335,7 @@ def check_prefill_graph(dtype, dev) -> dict:
             c,
             layer.D,
             layer.dt_bias,
-            ssm_st,
+            ssm_st.view,
             qsl,
             sidx,
             has_init,
@@ -338,16 +352,16 @@ def check_prefill_graph(dtype, dev) -> dict:
     with torch.cuda.graph(graph):
         y_graph = run()
     inp["xbc"].copy_(torch.randn_like(inp["xbc"]))  # new data, same buffers
-    conv_st._base.copy_(c0)
-    ssm_st._base.copy_(s0)
+    conv_st.base.copy_(c0)
+    ssm_st.base.copy_(s0)
     graph.replay()
     torch.cuda.synchronize()
-    y_g, cs_g, ss_g = y_graph.clone(), conv_st._base.clone(), ssm_st._base.clone()
-    conv_st._base.copy_(c0)
-    ssm_st._base.copy_(s0)
+    y_g, cs_g, ss_g = y_graph.clone(), conv_st.base.clone(), ssm_st.base.clone()
+    conv_st.base.copy_(c0)
+    ssm_st.base.copy_(s0)
     y_e = run()
     e = errs(y_g, y_e)
-    same = bool(torch.equal(cs_g, conv_st._base)) and bool(torch.equal(ss_g, ssm_st._base))
+    same = bool(torch.equal(cs_g, conv_st.base)) and bool(torch.equal(ss_g, ssm_st.base))
     return {
         "case": "prefill CUDA graph",
         "out": e,
@@ -367,13 +381,13 @@ def check_dispatch(dev) -> dict:
         old = os.environ.get("STRIXLM_DISABLE_TRITON")
         os.environ["STRIXLM_DISABLE_TRITON"] = env
         try:
-            a = causal_conv1d_update(inp["xbc"], layer.conv_w, layer.conv_b, clone_view(st), sidx)
+            a = causal_conv1d_update(inp["xbc"], layer.conv_w, layer.conv_b, st.clone().view, sidx)
         finally:
             if old is None:
                 os.environ.pop("STRIXLM_DISABLE_TRITON", None)
             else:
                 os.environ["STRIXLM_DISABLE_TRITON"] = old
-        b = fn(inp["xbc"], layer.conv_w, layer.conv_b, clone_view(st), sidx)
+        b = fn(inp["xbc"], layer.conv_w, layer.conv_b, st.clone().view, sidx)
         res[f"disable={env}"] = bool(torch.equal(a, b))
     return {"case": "dispatch", **res, "ok": all(res.values())}
 

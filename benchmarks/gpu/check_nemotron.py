@@ -3,7 +3,11 @@
 1. Tiny random NemotronH models (Mamba, attention, MoE, LatentMoE, MLP layers), fp32 on
    CUDA: strixlm's greedy tokens (Triton Mamba, MoE, attention and block-zeroing kernels)
    against HF transformers on CUDA, teacher-forced: at every generated position our token
-   must be HF's argmax. Alone, batched, and with chunked prefill + preemption.
+   must be HF's argmax. Batched, and with chunked prefill + preemption; each run once with
+   decode CUDA graphs (the default) and once eagerly (--enforce-eager): both must match HF
+   and each other. Output lengths differ per request, so decode batches shrink and are
+   padded to the captured sizes; a second pass of one-token prompts replays the graph for
+   rows with no Mamba state yet (their reused blocks' state must be zeroed first).
 2. The zeroing regression in bf16 on CUDA: one engine runs the same prompts twice, blocks
    cycling between Mamba state and attention K/V; with STRIXLM_DEBUG_POISON_FREED_BLOCKS=1
    the passes must still agree. With the zeroing off as well the result is reported
@@ -76,9 +80,59 @@ def hf_argmax_check(folder: str, prompts, outs) -> tuple[int, int, float]:
     return same, total, worst
 
 
+PROMPT_LENS = [1, 7, 16, 17, 33, 80, 150, 300]
+OUTPUT_LENS = [8, 3, 12, 5, 9, 4, 11, 6]
+ONE_TOKEN_PROMPTS = 5
+
+
+def generate_both_passes(folder: str, eager: bool, extra: dict) -> dict:
+    """Both passes (mixed prompts, then one-token prompts) on one engine; outputs, stats."""
+    llm = LLM(
+        folder,
+        device="cuda",
+        dtype="float32",
+        skip_tokenizer_init=True,
+        max_model_len=512,
+        max_num_seqs=16,
+        enforce_eager=eager,
+        **extra,
+    )
+    prompts = random_prompts(PROMPT_LENS, seed=3)
+    params = [
+        SamplingParams(temperature=0, max_tokens=n, ignore_eos=True, logprobs=1)
+        for n in OUTPUT_LENS
+    ]
+    ones = random_prompts([1] * ONE_TOKEN_PROMPTS, seed=4)
+    one_params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, logprobs=1)
+    out = {
+        "prompts": prompts + ones,
+        "outs": llm.generate(prompts, params, use_tqdm=False)
+        + llm.generate(ones, one_params, use_tqdm=False),
+    }
+    runner = llm.engine.core.runner
+    g = runner.graphs
+    out["graphs"] = (
+        None
+        if g is None
+        else {
+            "sizes": len(g.sizes),
+            "replays": g.num_replays,
+            "padded_rows": g.num_padded_rows,
+            "fresh_rows": g.num_fresh_rows,
+        }
+    )
+    out["preemptions"] = llm.engine.core.scheduler.num_preemptions
+    out["block_size"] = runner.block_size
+    del llm, runner, g
+    torch.cuda.empty_cache()
+    return out
+
+
+def tokens_and_logprobs(outs) -> list[tuple[list[int], list[float]]]:
+    return [(o.outputs[0].token_ids, [lp.logprob for lp in o.outputs[0].logprobs]) for o in outs]
+
+
 def check_tokens(tmp: str) -> None:
-    params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True, logprobs=1)
-    prompts = random_prompts([1, 7, 16, 17, 33, 80, 150, 300], seed=3)
     for latent in (None, 32):
         name = "latent_moe" if latent else "moe"
         folder = save_tiny_nemotron_h(os.path.join(tmp, name), "M*EM-E*M", latent)
@@ -88,25 +142,42 @@ def check_tokens(tmp: str) -> None:
             "chunked+preempt": dict(max_num_batched_tokens=32, num_gpu_blocks_override=9),
         }
         for run, extra in runs.items():
-            llm = LLM(
-                folder,
-                device="cuda",
-                dtype="float32",
-                skip_tokenizer_init=True,
-                max_model_len=512,
-                **extra,
-            )
-            outs = llm.generate(prompts, params, use_tqdm=False)
-            preempt = llm.engine.core.scheduler.num_preemptions
-            same, total, worst = hf_argmax_check(folder, prompts, outs)
+            by_mode = {}
+            for mode, eager in (("graphs", False), ("eager", True)):
+                res = generate_both_passes(folder, eager, extra)
+                by_mode[mode] = res
+                same, total, worst = hf_argmax_check(folder, res["prompts"], res["outs"])
+                report(
+                    f"tokens_vs_hf[{name},{run},{mode}]",
+                    same == total,
+                    f"{same}/{total} tokens are HF's argmax, max |dlogprob| {worst:.2e}, "
+                    f"{res['preemptions']} preemptions, block size {res['block_size']}",
+                )
+            g = by_mode["graphs"]["graphs"]
             report(
-                f"tokens_vs_hf[{name},{run}]",
-                same == total,
-                f"{same}/{total} tokens are HF's argmax, max |dlogprob| {worst:.2e}, "
-                f"{preempt} preemptions, block size {llm.engine.core.runner.block_size}",
+                f"graphs_used[{name},{run}]",
+                g is not None
+                and g["replays"] > 0
+                and g["padded_rows"] > 0
+                and g["fresh_rows"] >= ONE_TOKEN_PROMPTS
+                and by_mode["eager"]["graphs"] is None,
+                f"graph stats {g} (eager run: {by_mode['eager']['graphs']})",
             )
-            del llm
-            torch.cuda.empty_cache()
+            a = tokens_and_logprobs(by_mode["graphs"]["outs"])
+            b = tokens_and_logprobs(by_mode["eager"]["outs"])
+            same_tokens = all(ta == tb for (ta, _), (tb, _) in zip(a, b, strict=True))
+            diffs = [
+                abs(x - y)
+                for (_, la), (_, lb) in zip(a, b, strict=True)
+                for x, y in zip(la, lb, strict=True)
+            ]
+            diff = max(diffs, default=0.0)
+            report(
+                f"graphs_vs_eager[{name},{run}]",
+                same_tokens and diff < 1e-3,
+                f"identical tokens: {same_tokens}, max |dlogprob| {diff:.2e}",
+            )
+            RESULTS[f"graph_stats[{name},{run}]"] = g
 
 
 # ---- 2. zeroing regression in bf16 ------------------------------------------------------
@@ -123,6 +194,7 @@ def two_passes(folder: str, env: dict[str, str]) -> tuple[list, list]:
             dtype="bfloat16",
             skip_tokenizer_init=True,
             max_model_len=512,
+            max_num_seqs=16,
             num_gpu_blocks_override=12,
         )
         params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True, logprobs=1)

@@ -14,6 +14,10 @@ in transformers 5.17 and 5.24 alike.
 Padded batches ("generate"): plain `model.generate` over left-padded batches of up to 16
 requests sorted by output length; each batch runs to its longest output and each request keeps
 (and is counted for) only its own length.
+
+HF's continuous batching caches attention K/V only: a model with recurrent layers (NemotronH's
+Mamba layers, layer type "linear_attention") is refused there, so "auto" goes straight to
+padded generate for it (the reason lands in the result's config as cb_skipped).
 """
 
 from __future__ import annotations
@@ -46,6 +50,25 @@ def load_hf_model(folder: str, load_format: str, dtype: torch.dtype, device: str
     # merged into ours by generate() and stop requests early.
     model.generation_config = GenerationConfig()
     return model.eval()
+
+
+def cb_unsupported(config) -> str | None:
+    """Why HF continuous batching cannot run this model (its own layer-type check), or None."""
+    try:
+        from transformers.generation.continuous_batching.cache import group_layers_by_attn_type
+    except ImportError:  # another layout of transformers: let run_cb try
+        return None
+    try:
+        group_layers_by_attn_type(config)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def _free(device: str) -> None:
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
 
 
 def _jsonable(obj: Any) -> Any:
@@ -249,6 +272,12 @@ def run_hf_peer(
     """Load HF's model and time it on the workload. mode: auto (cb, falling back to padded
     generate if cb fails), cb, or generate."""
     model = load_hf_model(folder, load_format, dtype, device)
+    skipped = cb_unsupported(model.config) if mode == "auto" else None
+    if skipped:
+        logger.warning(
+            "HF continuous batching cannot run this model (%s): padded generate", skipped
+        )
+        mode = "generate"
     try:
         if mode in ("auto", "cb"):
             try:
@@ -257,6 +286,8 @@ def run_hf_peer(
                 if mode == "cb":
                     raise
                 logger.warning("HF continuous batching failed (%s): using padded generate", e)
+                model = None  # a large model must not be held twice
+                _free(device)
                 model = load_hf_model(folder, load_format, dtype, device)
                 res = run_padded_generate(model, workload, warmup, device)
                 res.config["cb_error"] = repr(e)
@@ -269,6 +300,8 @@ def run_hf_peer(
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+    if skipped:
+        res.config["cb_skipped"] = skipped
     res.config.update(
         dtype=str(dtype).removeprefix("torch."),
         device=device,

@@ -26,15 +26,20 @@ def iterate_safetensors(folder: str) -> Iterator[tuple[str, torch.Tensor]]:
 
 
 def init_dummy_weights(model: nn.Module, seed: int) -> None:
-    """Small random weights: enough for throughput work, keeps activations finite."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
+    """Small random weights: enough for throughput work, keeps activations finite.
+
+    Drawn on each parameter's device: a CUDA generator fills a 30B-parameter model in
+    seconds, where the CPU one takes minutes (so CUDA and CPU runs get different values)."""
+    gens: dict[torch.device, torch.Generator] = {}
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name:
                 p.fill_(1.0)
                 continue
-            cpu = torch.empty(p.shape, dtype=torch.float32).uniform_(-0.02, 0.02, generator=gen)
-            p.copy_(cpu.to(p.dtype))
+            if p.device not in gens:
+                gens[p.device] = torch.Generator(device=p.device).manual_seed(seed)
+            w = torch.empty(p.shape, dtype=torch.float32, device=p.device)
+            p.copy_(w.uniform_(-0.02, 0.02, generator=gens[p.device]).to(p.dtype))
 
 
 def load_model(

@@ -6,6 +6,15 @@ one-token rows on the state table's dummy row (their K/V land in the never-used 
 input buffers. Larger or mixed steps run eagerly. The attention backend must read only
 device metadata during replay, so graphs are captured only with the Triton backend, with
 max_seq_len passed as the upper bound max_model_len.
+
+Hybrid (Mamba) models also replay their Mamba metadata from static buffers (state slot of
+each row per Mamba group; see model_states/hybrid.py): padded rows' slot is the null block
+0 too, and a captured step always runs the one-token recurrent kernels.
+
+With cuda_graphs=False the same path runs without capturing: every "replay" calls the
+model eagerly on the metadata objects built at capture time. Only the static buffers are
+refreshed per step, exactly as for a real replay, so CPU tests check the graph path's
+inputs (a tensor that is not refreshed in place shows up as a wrong result).
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ import torch
 
 from strixlm.worker.input_batch import InputBatch, InputBuffers, gather_inputs
 from strixlm.worker.model_states.default import DefaultModelState
+from strixlm.worker.model_states.hybrid import HybridModelState
 from strixlm.worker.states import RequestStateTable
 
 logger = logging.getLogger(__name__)
@@ -34,10 +44,11 @@ class DecodeGraphs:
         model: torch.nn.Module,
         table: RequestStateTable,
         buffers: InputBuffers,
-        model_state: DefaultModelState,
+        model_state: DefaultModelState | HybridModelState,
         block_size: int,
         max_model_len: int,
         sizes: list[int],
+        cuda_graphs: bool = True,
     ) -> None:
         self.model = model
         self.table = table
@@ -46,22 +57,36 @@ class DecodeGraphs:
         self.block_size = block_size
         self.max_model_len = max_model_len
         self.sizes = sizes
+        self.cuda_graphs = cuda_graphs
         max_b = max(sizes)
         device = buffers.device
         self.block_table = torch.zeros(
             max_b, table.block_table.shape[-1], dtype=torch.int32, device=device
         )
+        self.hybrid = isinstance(model_state, HybridModelState)
+        self.mamba_buffers = model_state.graph_buffers(max_b) if self.hybrid else None
+        self.mamba_layers = model.mamba_layers() if self.hybrid else []
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.logits: dict[int, torch.Tensor] = {}
+        # cuda_graphs=False: (input_ids, positions, metadata) captured per size.
+        self.calls: dict[int, tuple] = {}
         self.pool = None
+        # Counters for tests and checks: steps replayed, padded rows, fresh-state rows.
+        self.num_replays = 0
+        self.num_padded_rows = 0
+        self.num_fresh_rows = 0
 
     def padded_size(self, num_reqs: int) -> int | None:
         i = bisect.bisect_left(self.sizes, num_reqs)
         return self.sizes[i] if i < len(self.sizes) else None
 
     def _metadata(self, batch: InputBatch):
-        return self.model_state.prepare(
-            self.table, batch, max_seq_len=self.max_model_len, block_table_out=self.block_table
+        if not self.hybrid:
+            return self.model_state.prepare(
+                self.table, batch, max_seq_len=self.max_model_len, block_table_out=self.block_table
+            )
+        return self.model_state.prepare_graph(
+            self.table, batch, self.max_model_len, self.block_table, self.mamba_buffers
         )
 
     @torch.inference_mode()
@@ -70,6 +95,9 @@ class DecodeGraphs:
         for b in sorted(self.sizes, reverse=True):
             batch = gather_inputs(self.table, self.buffers, [], [], self.block_size, b)
             md = self._metadata(batch)
+            if not self.cuda_graphs:
+                self.calls[b] = (batch.input_ids, batch.positions, md)
+                continue
             # Warm up outside the graph (autotuning, lazy allocations), then capture.
             self.model.compute_logits(self.model(batch.input_ids, batch.positions, md))
             torch.cuda.synchronize()
@@ -80,12 +108,16 @@ class DecodeGraphs:
             if self.pool is None:
                 self.pool = g.pool()
             self.graphs[b] = g
-        torch.cuda.synchronize()
+        if self.cuda_graphs:
+            torch.cuda.synchronize()
         logger.info(
-            "captured %d decode CUDA graphs (batch sizes %d..%d) in %.1fs",
-            len(self.graphs),
+            "%s %d decode %s (batch sizes %d..%d%s) in %.1fs",
+            "captured" if self.cuda_graphs else "prepared",
+            len(self.sizes),
+            "CUDA graphs" if self.cuda_graphs else "steps without graphs",
             min(self.sizes),
             max(self.sizes),
+            ", with Mamba state slots" if self.hybrid else "",
             time.perf_counter() - t0,
         )
 
@@ -93,6 +125,16 @@ class DecodeGraphs:
         """Replay for a batch gathered with num_reqs_padded = padded_size(...); returns the
         logits of the real rows."""
         b = batch.num_reqs_padded
-        self._metadata(batch)  # refresh the static block table for this step's rows
-        self.graphs[b].replay()
+        md = self._metadata(batch)  # refresh the static buffers for this step's rows
+        if self.hybrid:
+            self.num_fresh_rows += self.model_state.zero_fresh_states(batch, md, self.mamba_layers)
+        if self.cuda_graphs:
+            self.graphs[b].replay()
+        else:
+            input_ids, positions, captured_md = self.calls[b]
+            self.logits[b] = self.model.compute_logits(
+                self.model(input_ids, positions, captured_md)
+            )
+        self.num_replays += 1
+        self.num_padded_rows += b - batch.num_reqs
         return self.logits[b][: batch.num_reqs]

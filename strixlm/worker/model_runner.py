@@ -236,16 +236,12 @@ class ModelRunner:
         self.zeroer = BlockZeroer(self.pool, layout, self.device)
 
     def capture_cuda_graphs(self) -> None:
-        """Decode graphs need the device-only Triton attention; else steps run eagerly."""
+        """Decode graphs need the device-only Triton attention; else steps run eagerly.
+        Hybrid models replay their Mamba state slots from static buffers too."""
         if self.config.enforce_eager or not self.device.startswith("cuda"):
             return
-        if self.layout is not None:
-            # The decode graphs replay attention metadata only; Mamba state slots are not
-            # captured yet, so hybrid models run eagerly.
-            logger.info("hybrid (Mamba) model: decode steps run without CUDA graphs")
-            return
-        backend = type(self.attn_layers[0].attn)
-        if not getattr(backend, "graph_safe", False):
+        backend = type(self.attn_layers[0].attn) if self.attn_layers else None
+        if backend is not None and not getattr(backend, "graph_safe", False):
             logger.info("attention backend %s is not graph-safe: running eagerly", backend.name)
             return
         self.graphs = DecodeGraphs(
