@@ -6,6 +6,14 @@ into fresh input buffers (input_batch.py). The host keeps mirrors of the counts 
 anyway from the scheduler) so it never reads a device value back to plan a step.
 
 The last row is a dummy that is never assigned: CUDA-graph padding points at it.
+
+Room for speculative decoding: a drafter's K proposals for a row are written into the token
+table right after its known tokens (`write_drafts`), without counting them as known, so the
+unchanged gather builds a verification step of 1 + K query tokens when the scheduler asks for
+them. The verifier's result is applied on the device (`accept_tokens`): the accepted prefix
+plus the correction/bonus token become known tokens and num_tokens grows by the per-row
+count, with no host read; the host mirror catches up when the counts arrive with the step's
+other results.
 """
 
 from __future__ import annotations
@@ -60,6 +68,9 @@ class RequestStateTable:
         self._free_rows = list(range(max_num_reqs - 1, -1, -1))
         # Block-table writes batched into one copy per step: (group, row, col, block id).
         self._pending_blocks: list[tuple[int, int, int, int]] = []
+        # Draft proposals per row (speculative decoding); they live in token_ids past
+        # num_tokens, and num_drafts says how many are valid.
+        self.num_drafts = torch.zeros(n, dtype=torch.int32, device=device)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -122,3 +133,37 @@ class RequestStateTable:
         self.token_ids[r, self.num_tokens[r].long()] = sampled.to(torch.int32)
         self.num_tokens[r] += 1
         self.num_tokens_cpu[rows] += 1
+
+    def write_drafts(self, rows_dev: torch.Tensor, drafts: torch.Tensor, num: torch.Tensor):
+        """Place each row's draft tokens after its known ones (not counted as known).
+
+        rows_dev [B], drafts [B, K] (entries past num[b] are ignored), num [B] in [0, K].
+        """
+        r = rows_dev.long()
+        k = drafts.shape[1]
+        cols = self.num_tokens[r].long()[:, None] + torch.arange(k, device=drafts.device)
+        valid = (torch.arange(k, device=drafts.device)[None, :] < num[:, None]) & (
+            cols <= self.max_model_len
+        )
+        rr = r[:, None].expand(-1, k)
+        self.token_ids[rr[valid], cols[valid]] = drafts[valid].to(torch.int32)
+        self.num_drafts[r] = num.to(torch.int32)
+
+    def accept_tokens(self, rows_dev: torch.Tensor, tokens: torch.Tensor, num: torch.Tensor):
+        """Apply a verification result on the device: tokens [B, K + 1] holds each row's
+        accepted drafts followed by the verifier's own token; the first num[b] (>= 1) become
+        known tokens. Drafts are cleared. The host mirror is updated by `sync_counts`."""
+        r = rows_dev.long()
+        width = tokens.shape[1]
+        cols = self.num_tokens[r].long()[:, None] + torch.arange(width, device=tokens.device)
+        valid = (torch.arange(width, device=tokens.device)[None, :] < num[:, None]) & (
+            cols <= self.max_model_len
+        )
+        rr = r[:, None].expand(-1, width)
+        self.token_ids[rr[valid], cols[valid]] = tokens[valid].to(torch.int32)
+        self.num_tokens[r] += num.to(torch.int32)
+        self.num_drafts[r] = 0
+
+    def sync_counts(self, rows: list[int], num_accepted: list[int]) -> None:
+        """The host learns how many tokens each row gained (from the step's results)."""
+        self.num_tokens_cpu[rows] += np.asarray(num_accepted, dtype=np.int64)
