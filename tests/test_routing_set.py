@@ -11,8 +11,16 @@ DATA = Path(__file__).resolve().parents[1] / "strixlm" / "router" / "data" / "ro
 
 DOMAINS = {"math", "code", "science", "health", "law", "business", "creative_writing", "general"}
 DECISIONS = {
-    "math", "code", "science", "health", "law", "business", "creative", "general",
-    "block_jailbreak", "redact_pii",
+    "math",
+    "code",
+    "science",
+    "health",
+    "law",
+    "business",
+    "creative",
+    "general",
+    "block_jailbreak",
+    "redact_pii",
 }
 DOMAIN_TO_DECISION = {d: d for d in DOMAINS} | {"creative_writing": "creative"}
 LANGS = {"fr", "es", "de", "zh", "ja"}
@@ -101,8 +109,12 @@ def test_counts(rows):
     pii_types = {t for r in pii for t in r["tags"] if t.startswith("pii:")}
     required = {"pii:email", "pii:phone", "pii:credit_card", "pii:ssn", "pii:iban", "pii:address"}
     assert required <= pii_types
-    assert all(r["expected_decision"] == "redact_pii"
-               for r in rows for t in r["tags"] if t.startswith("pii:"))
+    assert all(
+        r["expected_decision"] == "redact_pii"
+        for r in rows
+        for t in r["tags"]
+        if t.startswith("pii:")
+    )
 
     pii_look = _tagged(rows, "pii_lookalike")
     assert len(pii_look) >= 15

@@ -28,11 +28,19 @@ def main() -> None:
     ap.add_argument("--eager", action="store_true")
     ap.add_argument("--steps", type=int, default=40)
     args = ap.parse_args()
-    model = os.path.join(os.path.dirname(__file__), "..", "..", "strixlm", "benchmarks",
-                         "configs", "qwen3-0.6b")
-    llm = LLM(model, load_format="dummy", device="cuda", dtype="bfloat16",
-              skip_tokenizer_init=True, enforce_eager=args.eager, max_num_seqs=max(args.batch),
-              gpu_memory_utilization=0.5)
+    model = os.path.join(
+        os.path.dirname(__file__), "..", "..", "strixlm", "benchmarks", "configs", "qwen3-0.6b"
+    )
+    llm = LLM(
+        model,
+        load_format="dummy",
+        device="cuda",
+        dtype="bfloat16",
+        skip_tokenizer_init=True,
+        enforce_eager=args.eager,
+        max_num_seqs=max(args.batch),
+        gpu_memory_utilization=0.5,
+    )
     engine = llm.engine
     for b in args.batch:
         params = SamplingParams(temperature=0, max_tokens=10_000, ignore_eos=True)

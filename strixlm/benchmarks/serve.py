@@ -108,9 +108,7 @@ async def _one(session: aiohttp.ClientSession, url: str, body: dict, prompt_len:
                 choices = msg.get("choices") or []
                 # A token arrived if a choice carries text, or (a server without a
                 # tokenizer) an empty completion text; role-only and usage-only chunks don't.
-                if not any(
-                    "text" in c or (c.get("delta") or {}).get("content") for c in choices
-                ):
+                if not any("text" in c or (c.get("delta") or {}).get("content") for c in choices):
                     continue
                 now = time.perf_counter()
                 if chunks == 0:

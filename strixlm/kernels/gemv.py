@@ -69,9 +69,9 @@ if HAS_TRITON:
                 x0 = tl.load(x_ptr + kk).to(tl.float32)
             else:
                 k_ok = kk < K
-                w = tl.load(
-                    w_rows + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0
-                ).to(tl.float32)
+                w = tl.load(w_rows + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0).to(
+                    tl.float32
+                )
                 x0 = tl.load(x_ptr + kk, mask=k_ok, other=0.0).to(tl.float32)
             acc0 += tl.sum(w * x0[None, :], axis=1)
             # Further rows reuse the loaded weight chunk (M is a compile-time constant).
