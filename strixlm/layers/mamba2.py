@@ -25,6 +25,7 @@ from strixlm.kernels.mamba import (
     ssd_scan_varlen,
 )
 from strixlm.layers.attention.metadata import AttentionMetadata
+from strixlm.layers.linear import Linear
 
 
 @dataclass
@@ -104,7 +105,7 @@ class Mamba2Mixer(nn.Module):
         super().__init__()
         self.dims = dims
         inter, conv_dim, heads = dims.intermediate_size, dims.conv_dim, dims.num_heads
-        self.in_proj = nn.Linear(dims.hidden_size, inter + conv_dim + heads, bias=dims.use_bias)
+        self.in_proj = Linear(dims.hidden_size, inter + conv_dim + heads, bias=dims.use_bias)
         # The depthwise conv filter, one row per channel (HF's conv1d.weight[:, 0, :]).
         self.conv_weight = nn.Parameter(torch.empty(conv_dim, dims.conv_kernel))
         self.conv_bias = nn.Parameter(torch.empty(conv_dim)) if dims.use_conv_bias else None
@@ -112,7 +113,7 @@ class Mamba2Mixer(nn.Module):
         self.A_log = nn.Parameter(torch.zeros(heads))
         self.D = nn.Parameter(torch.ones(heads))
         self.norm = GatedGroupRMSNorm(inter, inter // dims.n_groups, dims.norm_eps)
-        self.out_proj = nn.Linear(inter, dims.hidden_size, bias=dims.use_bias)
+        self.out_proj = Linear(inter, dims.hidden_size, bias=dims.use_bias)
         # Bound by the runner after the pool is allocated.
         self.conv_states: torch.Tensor | None = None  # [num_blocks, conv_dim, width - 1]
         self.ssm_states: torch.Tensor | None = None  # [num_blocks, heads, head_dim, state]

@@ -19,6 +19,7 @@ from torch import nn
 
 from strixlm.layers.attention.backend import AttentionBackend
 from strixlm.layers.attention.metadata import AttentionMetadata
+from strixlm.layers.linear import Linear
 from strixlm.layers.mamba2 import HybridMetadata, Mamba2Dims, Mamba2Mixer
 from strixlm.layers.moe import FusedMoE, parse_expert_weight_name, select_experts_sigmoid_bias
 from strixlm.layers.norm import RMSNorm
@@ -101,9 +102,10 @@ class NemotronHAttention(nn.Module):
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.num_heads
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
-        bias = bool(getattr(cfg, "attention_bias", False))
-        self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=bias)
-        self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=bias)
+        # HF's NemotronH attention has no biases whatever `attention_bias` says (it is the
+        # numerical reference, and released checkpoints carry none).
+        self.qkv_proj = Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=False)
+        self.o_proj = Linear(self.q_size, cfg.hidden_size, bias=False)
         self.attn = backend_cls(
             self.num_heads, self.num_kv_heads, self.head_dim, self.head_dim**-0.5
         )
@@ -125,8 +127,8 @@ class NemotronHAttention(nn.Module):
 class NemotronHMLP(nn.Module):
     def __init__(self, hidden: int, inter: int, bias: bool) -> None:
         super().__init__()
-        self.up_proj = nn.Linear(hidden, inter, bias=bias)
-        self.down_proj = nn.Linear(inter, hidden, bias=bias)
+        self.up_proj = Linear(hidden, inter, bias=bias)
+        self.down_proj = Linear(inter, hidden, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(relu2(self.up_proj(x)))
@@ -154,8 +156,8 @@ class NemotronHMoE(nn.Module):
         self.experts = FusedMoE(n_exp, width, inter, "relu2")
         self.shared_experts = NemotronHMLP(hidden, cfg.moe_shared_expert_intermediate_size, bias)
         if self.latent:
-            self.fc1_latent_proj = nn.Linear(hidden, self.latent, bias=bias)
-            self.fc2_latent_proj = nn.Linear(self.latent, hidden, bias=bias)
+            self.fc1_latent_proj = Linear(hidden, self.latent, bias=bias)
+            self.fc2_latent_proj = Linear(self.latent, hidden, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         logits = F.linear(x.float(), self.gate_weight.float())
