@@ -21,6 +21,28 @@ MAX_PENDING_TOKENS = 32
 REPLACEMENT_CHAR = "\ufffd"
 
 
+def _backend_decode(tokenizer: Any):
+    """The `tokenizers` decode that `tokenizer.decode` would end in, when calling it directly
+    gives the same text (a plain fast tokenizer without space clean-up); else None. It skips
+    transformers' per-call argument handling, which costs more than the decode itself."""
+    try:
+        from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+        from transformers.tokenization_utils_tokenizers import TokenizersBackend
+    except ImportError:
+        return None
+    cls = type(tokenizer)
+    backend = getattr(tokenizer, "_tokenizer", None)
+    if (
+        not isinstance(tokenizer, TokenizersBackend)
+        or cls.decode is not PreTrainedTokenizerBase.decode
+        or cls._decode is not TokenizersBackend._decode
+        or getattr(tokenizer, "clean_up_tokenization_spaces", True) is not False
+        or backend is None
+    ):
+        return None
+    return backend.decode
+
+
 class IncrementalDetokenizer:
     """Turns a growing list of generated token ids into text, one step at a time."""
 
@@ -38,6 +60,7 @@ class IncrementalDetokenizer:
         self.skip_special_tokens = skip_special_tokens
         # Only slow tokenizers look at this flag; fast ones ignore the keyword.
         self.spaces_between_special_tokens = spaces_between_special_tokens
+        self._fast_decode = _backend_decode(tokenizer)
         self.include_stop_str_in_output = include_stop_str_in_output
         # An empty stop string would match everywhere.
         self.stop: list[str] = [s for s in (stop or []) if s]
@@ -75,6 +98,8 @@ class IncrementalDetokenizer:
     # -- decoding ---------------------------------------------------------------------------
 
     def _decode(self, ids: list[int]) -> str:
+        if self._fast_decode is not None:
+            return self._fast_decode(ids, skip_special_tokens=self.skip_special_tokens)
         return self.tokenizer.decode(
             ids,
             skip_special_tokens=self.skip_special_tokens,

@@ -32,7 +32,6 @@ class _Sample:
     stop_reason: int | str | None = None
     sent_tokens: int = 0
     sent_logprobs: int = 0
-    text: str = ""
 
 
 @dataclass
@@ -44,10 +43,7 @@ class _Parent:
     kind: OutputKind
     samples: list[_Sample]
     num_cached_tokens: int = 0
-
-    @property
-    def finished(self) -> bool:
-        return all(s.finish_reason is not None for s in self.samples)
+    finished: bool = False  # every sample has its finish reason
 
 
 class OutputProcessor:
@@ -118,6 +114,7 @@ class OutputProcessor:
             touched.setdefault(parent.request_id, set()).add(ref[1])
             if s.finish_reason is not None:
                 del self.child_to_parent[out.request_id]
+                parent.finished = all(x.finish_reason is not None for x in parent.samples)
         results = []
         for pid, idxs in touched.items():
             parent = self.parents[pid]
@@ -143,7 +140,6 @@ class OutputProcessor:
             if stop is not None:
                 s.finish_reason, s.stop_reason = "stop", stop
                 stopped_here = not out.finished
-            s.text = s.detok.output_text
         if s.finish_reason is None and out.finished:
             s.finish_reason, s.stop_reason = out.finish_reason, out.stop_reason
         return stopped_here
@@ -162,7 +158,8 @@ class OutputProcessor:
                 s.sent_tokens = len(s.token_ids)
                 s.sent_logprobs = len(s.logprobs) if s.logprobs is not None else 0
             else:
-                text, toks, lps = s.text, list(s.token_ids), s.logprobs
+                text = s.detok.output_text if s.detok else ""
+                toks, lps = list(s.token_ids), s.logprobs
             comps.append(
                 CompletionOutput(
                     s.index, text, toks, s.cumulative_logprob, lps, s.finish_reason, s.stop_reason

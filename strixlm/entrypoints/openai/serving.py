@@ -74,6 +74,34 @@ def sse(obj: BaseModel | dict, exclude: set[str] | None = None) -> str:
     return f"data: {text}\n\n"
 
 
+_MARK = "\u0000strixlm-text\u0000"
+_dumps = json.JSONEncoder(ensure_ascii=False).encode
+
+
+class TextChunks:
+    """SSE events that differ only in one text field, rendered without a model per chunk.
+
+    `render(key, text)` calls `template(key, marker)` once per key for a complete event with
+    a marker text, splits it around the JSON string of the marker, and afterwards only
+    JSON-encodes the text between the cached prefix and suffix: byte for byte what the model
+    would have produced, as a JSON string of the text is the same from either encoder.
+    """
+
+    def __init__(self, template) -> None:
+        self.template = template
+        self.parts: dict = {}
+
+    def render(self, key, text: str) -> str:
+        parts = self.parts.get(key)
+        if parts is None:
+            event = self.template(key, _MARK)
+            quoted = json.dumps(_MARK)
+            if event.count(quoted) != 1:
+                return self.template(key, text)  # not a simple template: no fast path
+            parts = self.parts[key] = tuple(event.split(quoted))
+        return f"{parts[0]}{_dumps(text)}{parts[1]}"
+
+
 class OutputStream:
     """An engine generator whose request was validated and queued before it is returned."""
 

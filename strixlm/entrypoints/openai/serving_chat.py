@@ -55,6 +55,7 @@ from strixlm.entrypoints.openai.serving import (
     APIError,
     OutputStream,
     ServingBase,
+    TextChunks,
     TokenStrings,
     bad_value,
     parse_body,
@@ -365,6 +366,8 @@ class ServingChat(ServingBase):
             obj = ChatCompletionChunk(id=rid, created=created, model=model, choices=[choice])
             return sse(obj, exclude)
 
+        # The common chunk (content only, not the last one) from a pre-rendered template.
+        plain = TextChunks(lambda i, text: chunk(i, DeltaMessage(content=text)))
         try:
             # OpenAI's first chunk of each choice carries the role and an empty content.
             for i in range(req.n):
@@ -375,6 +378,10 @@ class ServingChat(ServingBase):
                     counts[c.index] += len(c.token_ids)
                     lp = self.logprobs(c.logprobs, k) if req.logprobs and c.logprobs else None
                     out = outputs[c.index]
+                    if out is None and lp is None and c.finish_reason is None:
+                        if c.text:  # else held back (a stop string prefix)
+                            yield plain.render(c.index, c.text)
+                        continue
                     if out is None:
                         delta, reason = DeltaMessage(content=c.text or None), c.finish_reason
                         empty = not c.text

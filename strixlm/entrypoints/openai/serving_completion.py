@@ -22,6 +22,7 @@ from strixlm.entrypoints.openai.serving import (
     APIError,
     OutputStream,
     ServingBase,
+    TextChunks,
     TokenStrings,
     bad_value,
     merge_streams,
@@ -202,10 +203,25 @@ class ServingCompletion(ServingBase):
         k = req.logprobs or 0
         merged = merge_streams(streams)
         cached = 0
+        has_tokenizer = self.client.info.tokenizer is not None
+
+        def render(idx: int, text: str) -> str:
+            choice = CompletionChoice(index=idx, text=text)
+            obj = CompletionResponse(id=rid, created=created, model=model, choices=[choice])
+            return sse(obj, exclude)
+
+        # The common chunk (text only, not the last one) from a pre-rendered template.
+        plain = TextChunks(render)
         try:
             async for i, ro in merged:
                 cached += ro.num_cached_tokens if ro.finished else 0
                 for idx, ch, c in self._apply(req, i, ro, choices):
+                    if req.logprobs is None and c.finish_reason is None:
+                        text = ch.echo + c.text if ch.echo else c.text
+                        ch.echo = ""
+                        if text or not has_tokenizer:
+                            yield plain.render(idx, text)
+                        continue
                     lp = self.logprobs(ch, c.logprobs, k) if req.logprobs is not None else None
                     text = ch.echo + c.text
                     ch.echo = ""
