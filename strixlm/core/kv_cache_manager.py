@@ -97,6 +97,12 @@ class KVCacheManager:
         if not self.enable_caching:
             return [[] for _ in self.groups], 0
         update_block_hashes(request, self.block_size)
+        if request.sampling_params.prompt_logprobs is not None and not (
+            request.prompt_logprobs_sent
+        ):
+            # Prompt logprobs need every prompt position's logits: no hits (its blocks are
+            # still cached for others).
+            return [[] for _ in self.groups], 0
         max_blocks = (request.num_tokens - 1) // self.block_size
         hits: list[list[int]] = []
         for gid, _ in enumerate(self.groups):

@@ -199,8 +199,17 @@ class Scheduler:
         sched: SchedulerOutput,
         sampled: dict[str, int],
         logprobs: dict[str, TokenLogprob] | None = None,
+        prompt_logprobs: dict[str, tuple[int, list[TokenLogprob]]] | None = None,
     ) -> list[EngineCoreOutput]:
         """Append sampled tokens, apply stop rules, free what finished."""
+        for rid, (start, entries) in (prompt_logprobs or {}).items():
+            req = self.requests.get(rid)
+            if req is None or req.prompt_logprobs_sent:
+                continue
+            # Positions computed before (a recompute after preemption) are not added twice.
+            have = len(req.prompt_logprobs)
+            if start <= have:
+                req.prompt_logprobs.extend(entries[have - start :])
         outputs = []
         for rid, token in sampled.items():
             req = self.requests.get(rid)
@@ -211,6 +220,10 @@ class Scheduler:
             status = self._check_stop(req, token)
             lp = [logprobs[rid]] if logprobs and rid in logprobs else None
             out = EngineCoreOutput(rid, [token], lp, num_cached_tokens=req.num_cached_tokens)
+            if req.sampling_params.prompt_logprobs is not None and not req.prompt_logprobs_sent:
+                out.prompt_logprobs = [None, *req.prompt_logprobs]
+                req.prompt_logprobs_sent = True
+                req.prompt_logprobs = []
             if status is not None:
                 self.running.remove(req)
                 self._finish(req, status)

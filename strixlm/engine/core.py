@@ -87,8 +87,9 @@ class EngineCore:
                 return [], StepStats(self.scheduler.stats(), 0, 0, self.num_blocks)
             sched, handle = done
         sampled, logprobs = handle.result()
+        prompt_lps = handle.prompt_logprobs()
         t3 = time.perf_counter()
-        outputs = self.scheduler.update_from_output(sched, sampled, logprobs)
+        outputs = self.scheduler.update_from_output(sched, sampled, logprobs, prompt_lps)
         num_prompt = sched.total_num_scheduled_tokens - len(sampled)
         stats = StepStats(self.scheduler.stats(), num_prompt, len(sampled), self.num_blocks)
         if self.tracer is not None:

@@ -36,4 +36,5 @@ def merge_delta_outputs(a: RequestOutput, b: RequestOutput) -> RequestOutput:
         prev = by_index.get(c.index)
         by_index[c.index] = c if prev is None else _merge_completion(prev, c)
     outputs = [by_index[i] for i in sorted(by_index)]
-    return replace(b, outputs=outputs)
+    plp = a.prompt_logprobs if a.prompt_logprobs is not None else b.prompt_logprobs
+    return replace(b, outputs=outputs, prompt_logprobs=plp)

@@ -44,6 +44,8 @@ class _Parent:
     samples: list[_Sample]
     num_cached_tokens: int = 0
     finished: bool = False  # every sample has its finish reason
+    prompt_logprobs: list[TokenLogprob | None] | None = None
+    sent_prompt_logprobs: bool = False
 
 
 class OutputProcessor:
@@ -108,6 +110,8 @@ class OutputProcessor:
                 continue  # already finished by a stop string, or aborted
             parent = self.parents[ref[0]]
             parent.num_cached_tokens = max(parent.num_cached_tokens, out.num_cached_tokens)
+            if out.prompt_logprobs is not None and parent.prompt_logprobs is None:
+                parent.prompt_logprobs = out.prompt_logprobs  # n > 1: the first sample's
             s = parent.samples[ref[1]]
             if self._apply(s, out):
                 to_abort.append(out.request_id)
@@ -165,6 +169,18 @@ class OutputProcessor:
                     s.index, text, toks, s.cumulative_logprob, lps, s.finish_reason, s.stop_reason
                 )
             )
+        plp = p.prompt_logprobs
+        if p.kind == "delta":
+            if p.sent_prompt_logprobs:
+                plp = None
+            elif plp is not None:
+                p.sent_prompt_logprobs = True
         return RequestOutput(
-            p.request_id, p.prompt, p.prompt_token_ids, comps, p.finished, p.num_cached_tokens
+            p.request_id,
+            p.prompt,
+            p.prompt_token_ids,
+            comps,
+            p.finished,
+            p.num_cached_tokens,
+            plp,
         )

@@ -28,6 +28,8 @@ class SamplingParams:
     min_tokens: int = 0
     ignore_eos: bool = False
     logprobs: int | None = None  # number of top logprobs per token beside the sampled one
+    # Logprob of every prompt token (after the first) and the top-k at its position.
+    prompt_logprobs: int | None = None
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     # Reasoning tokens allowed before the engine closes the reasoning itself (None: no cap).
@@ -72,6 +74,11 @@ class SamplingParams:
             bad(f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})")
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
             bad(f"logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {self.logprobs}")
+        plp = self.prompt_logprobs
+        if plp is not None and (
+            isinstance(plp, bool) or not isinstance(plp, int) or not 0 <= plp <= MAX_TOP_LOGPROBS
+        ):
+            bad(f"prompt_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {plp!r}")
         if any(not s for s in self.stop):
             bad("stop strings must not be empty")
         budget = self.thinking_token_budget
@@ -141,6 +148,10 @@ class Request:
         self.stop_reason: int | str | None = None
         self.block_hashes: list[int] = []
         self.first_token_time: float | None = None
+        # Prompt logprobs gathered chunk by chunk (entry j is prompt token j + 1); sent
+        # with the first sampled token, once (a recompute after preemption adds nothing).
+        self.prompt_logprobs: list[TokenLogprob] = []
+        self.prompt_logprobs_sent = False
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -178,6 +189,9 @@ class EngineCoreOutput:
     finish_reason: str | None = None  # "stop" | "length" | "abort"
     stop_reason: int | str | None = None
     num_cached_tokens: int = 0
+    # Once per request, with its first token: None for the first prompt token, then one
+    # TokenLogprob per prompt token (its logprob given the tokens before it, and the top-k).
+    prompt_logprobs: list[TokenLogprob | None] | None = None
 
     @property
     def finished(self) -> bool:
@@ -207,3 +221,6 @@ class RequestOutput:
     outputs: list[CompletionOutput]
     finished: bool = False
     num_cached_tokens: int = 0
+    # SamplingParams.prompt_logprobs: None for the first prompt token, then a TokenLogprob
+    # per prompt token (token_id is the prompt token). In delta outputs, sent once.
+    prompt_logprobs: list[TokenLogprob | None] | None = None

@@ -22,7 +22,7 @@ from strixlm.models.loader import load_model
 from strixlm.sample.forced_tokens import ThinkingBudgetTable
 from strixlm.sample.metadata import SamplingMetadata
 from strixlm.sample.sampler import Sampler
-from strixlm.sample.triton_sampler import TritonSampler
+from strixlm.sample.triton_sampler import TritonSampler, compute_token_logprobs
 from strixlm.worker.cuda_graphs import DecodeGraphs, capture_sizes
 from strixlm.worker.input_batch import InputBuffers, gather_inputs
 from strixlm.worker.model_states.block_zeroing import BlockZeroer
@@ -39,6 +39,9 @@ from strixlm.worker.states import RequestStateTable
 from strixlm.worker.step_result import StepHandle
 
 logger = logging.getLogger(__name__)
+
+# Prompt positions whose logits (for prompt logprobs) are computed at once.
+PROMPT_LOGPROBS_CHUNK = 1024
 
 
 def select_attention_backend(config: EngineConfig) -> type[AttentionBackend]:
@@ -176,8 +179,9 @@ class ModelRunner:
         )
         self.execute(sched).result()
         # Logits of a full batch of sequences is the other large transient.
+        # So is a sub-chunk of prompt-logprob logits.
         h = torch.zeros(
-            self.config.scheduler.max_num_seqs,
+            max(self.config.scheduler.max_num_seqs, min(n, PROMPT_LOGPROBS_CHUNK)),
             self.hf_config.hidden_size,
             device=self.device,
             dtype=self.dtype,
@@ -283,13 +287,19 @@ class ModelRunner:
             return StepHandle([], [], None)
         rids = list(sched.num_scheduled_tokens)
         counts = [sched.num_scheduled_tokens[r] for r in rids]
+        plp_plan = self._prompt_logprob_plan(rids, counts)
         padded = None
-        if self.graphs is not None and sched.total_num_scheduled_tokens == len(rids):
+        if (
+            self.graphs is not None
+            and sched.total_num_scheduled_tokens == len(rids)
+            and not plp_plan
+        ):
             padded = self.graphs.padded_size(len(rids))
         batch = gather_inputs(self.table, self.buffers, rids, counts, self.block_size, padded)
         idx = batch.logits_indices
         sample_rows = [r for r, s in zip(batch.rows, batch.sample_mask, strict=True) if s]
         all_sample = len(idx) == batch.num_reqs
+        prompt_lp = None
         if padded is not None:
             logits = self.graphs.run(batch)  # one row per request, in order
             if not all_sample:
@@ -299,15 +309,17 @@ class ModelRunner:
         else:
             md = self.model_state.prepare(self.table, batch)
             hidden = self.model(batch.input_ids, batch.positions, md)
+            if plp_plan:
+                prompt_lp = self._prompt_logprobs(hidden, batch, plp_plan)
             if not idx:
-                return StepHandle([], [], None)
+                return StepHandle([], [], None, prompt_lp)
             if all_sample:
                 idx_dev = batch.query_start_loc[1 : batch.num_reqs + 1] - 1
             else:
                 idx_dev = self._to_device(idx)
             logits = self.model.compute_logits(hidden[idx_dev.long()])
         if not idx:
-            return StepHandle([], [], None)
+            return StepHandle([], [], None, prompt_lp)
         if all_sample:
             rows_dev = batch.rows_dev[: batch.num_reqs]
         else:
@@ -315,7 +327,51 @@ class ModelRunner:
         out = self.sampler(logits, self._sampling_metadata(sample_rows, rows_dev))
         self.table.append_sampled(sample_rows, rows_dev, out.sampled_token_ids)
         infos = [self.table.info[r] for r in sample_rows]
-        return StepHandle([i.request_id for i in infos], [i.params.logprobs for i in infos], out)
+        return StepHandle(
+            [i.request_id for i in infos], [i.params.logprobs for i in infos], out, prompt_lp
+        )
+
+    # ---- prompt logprobs ---------------------------------------------------------------
+    def _prompt_logprob_plan(
+        self, rids: list[str], counts: list[int]
+    ) -> list[tuple[int, str, int, int, int]]:
+        """(batch index, request id, k, start, end) for each request asking for prompt
+        logprobs that computes prompt positions [start, end) this step; position p gives
+        the logprob of prompt token p + 1, so the last prompt position has none."""
+        table = self.table
+        plan = []
+        for i, (rid, n) in enumerate(zip(rids, counts, strict=True)):
+            row = table.rows[rid]
+            info = table.info[row]
+            k = info.params.prompt_logprobs
+            if k is None:
+                continue
+            start = int(table.num_computed_cpu[row])
+            end = min(start + n, info.prompt_len - 1)
+            if end > start:
+                plan.append((i, rid, k, start, end))
+        return plan
+
+    def _prompt_logprobs(
+        self, hidden: torch.Tensor, batch, plan: list[tuple[int, str, int, int, int]]
+    ) -> dict[str, tuple[int, tuple[torch.Tensor, ...]]]:
+        """Logprobs of the next prompt token at each planned position, and the top-k, from
+        logits computed PROMPT_LOGPROBS_CHUNK positions at a time (a long chunk never holds
+        [chunk, vocab] float32 logits at once). Tensors stay on the device."""
+        res = {}
+        qsl = batch.query_start_loc_cpu
+        for i, rid, k, start, end in plan:
+            row = batch.rows[i]
+            first = qsl[i]
+            targets = self.table.token_ids[row, start + 1 : end + 1].long()
+            parts = []
+            for a in range(0, end - start, PROMPT_LOGPROBS_CHUNK):
+                b = min(a + PROMPT_LOGPROBS_CHUNK, end - start)
+                logits = self.model.compute_logits(hidden[first + a : first + b])
+                parts.append(compute_token_logprobs(logits, targets[a:b], k))
+            lps, ranks, top_ids, top_lps = (torch.cat(x) for x in zip(*parts, strict=True))
+            res[rid] = (start, (targets, lps, ranks, top_ids, top_lps))
+        return res
 
     def warmup_kernels(self) -> None:
         """Run a short and a mid-length prefill once, so the Triton kernels these shapes

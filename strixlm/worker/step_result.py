@@ -27,6 +27,7 @@ class StepHandle:
         request_ids: list[str],
         num_logprobs: list[int | None],
         out: SamplerOutput | None,
+        prompt_lp: dict[str, tuple[int, tuple[torch.Tensor, ...]]] | None = None,
     ) -> None:
         # Request ids are captured at launch: a row may belong to another request by the
         # time the result is read.
@@ -34,7 +35,16 @@ class StepHandle:
         self.num_logprobs = num_logprobs
         self.event: torch.cuda.Event | None = None
         self.tokens = self.lp = None
+        # request id -> (first prompt position, host copies of (next-token ids, logprobs,
+        # ranks, top ids, top logprobs)) for the prompt positions this step computed.
+        self.prompt_lp = {
+            rid: (start, tuple(_to_host(x) for x in ts))
+            for rid, (start, ts) in (prompt_lp or {}).items()
+        }
         if out is None:
+            if any(ts[0].is_cuda for _, ts in (prompt_lp or {}).values()):
+                self.event = torch.cuda.Event()
+                self.event.record()
             return
         self.tokens = _to_host(out.sampled_token_ids)
         lp = out.logprobs
@@ -47,11 +57,28 @@ class StepHandle:
             self.event = torch.cuda.Event()
             self.event.record()
 
-    def result(self) -> tuple[dict[str, int], dict[str, TokenLogprob]]:
-        if self.tokens is None:
-            return {}, {}
+    def prompt_logprobs(self) -> dict[str, tuple[int, list[TokenLogprob]]]:
+        """Per request: the first prompt position computed this step, and for each
+        position p from there the logprob of prompt token p + 1 (call after result())."""
         if self.event is not None:
             self.event.synchronize()
+        res = {}
+        for rid, (start, ts) in self.prompt_lp.items():
+            ids, lps, ranks, top_ids, top_lps = (x.tolist() for x in ts)
+            res[rid] = (
+                start,
+                [
+                    TokenLogprob(t, lp, r, list(zip(ti, tl, strict=True)))
+                    for t, lp, r, ti, tl in zip(ids, lps, ranks, top_ids, top_lps, strict=True)
+                ],
+            )
+        return res
+
+    def result(self) -> tuple[dict[str, int], dict[str, TokenLogprob]]:
+        if self.event is not None:
+            self.event.synchronize()
+        if self.tokens is None:
+            return {}, {}
         tokens = self.tokens.tolist()
         sampled = dict(zip(self.request_ids, tokens, strict=True))
         logprobs: dict[str, TokenLogprob] = {}

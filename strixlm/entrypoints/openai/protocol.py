@@ -119,6 +119,8 @@ class CompletionRequest(SamplingRequest):
     echo: bool = False
     suffix: str | None = None
     best_of: int | None = None
+    # vLLM extra: logprobs of the prompt tokens (and the top-k) in choices[].prompt_logprobs
+    prompt_logprobs: StrictInt | None = None
 
 
 # ---- responses -------------------------------------------------------------------------
@@ -250,6 +252,9 @@ class CompletionChoice(OpenAIBase):
     logprobs: CompletionLogprobs | None = None
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    # vLLM's shape: None for the first prompt token, then {token_id: {logprob, rank,
+    # decoded_token}} with the prompt token and the top-k.
+    prompt_logprobs: list[dict[str, dict[str, float | int | str]] | None] | None = None
 
 
 class CompletionResponse(OpenAIBase):

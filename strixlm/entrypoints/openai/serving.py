@@ -147,7 +147,11 @@ class ServingBase:
             raise APIError("logit_bias is not supported", param="logit_bias")
 
     def sampling_params(
-        self, req: SamplingRequest, max_tokens: int | None, logprobs: int | None
+        self,
+        req: SamplingRequest,
+        max_tokens: int | None,
+        logprobs: int | None,
+        prompt_logprobs: int | None = None,
     ) -> SamplingParams:
         def pick(value, default):
             return default if value is None else value
@@ -169,6 +173,7 @@ class ServingBase:
                 min_tokens=req.min_tokens,
                 ignore_eos=req.ignore_eos,
                 logprobs=logprobs,
+                prompt_logprobs=prompt_logprobs,
                 include_stop_str_in_output=req.include_stop_str_in_output,
                 skip_special_tokens=req.skip_special_tokens,
             )

@@ -42,8 +42,11 @@ FIELDS = CompletionRequest.model_fields
 class _Choice:
     """Accumulated state of one choice (prompt i, sample j -> index i * n + j)."""
 
-    def __init__(self, echo: str) -> None:
+    def __init__(self, echo: str, prompt_ids: list[int]) -> None:
         self.echo = echo  # prompt text still to prepend (echo=true)
+        self.prompt_ids = prompt_ids
+        self.prompt_lps: list[TokenLogprob | None] | None = None  # once they arrive
+        self.prompt_lps_sent = False
         self.texts: list[str] = []
         self.lps: list[TokenLogprob] = []
         self.num_tokens = 0
@@ -64,10 +67,12 @@ class ServingCompletion(ServingBase):
             raise APIError("suffix is not supported", param="suffix")
         if req.best_of is not None and req.best_of != req.n:
             raise APIError("best_of other than n is not supported", param="best_of")
+        # echo with logprobs lists the prompt tokens' logprobs first (legacy format).
+        plp = [x for x in (req.prompt_logprobs,) if x is not None]
         if req.echo and req.logprobs is not None:
-            raise APIError("echo with logprobs is not supported", param="echo")
+            plp.append(req.logprobs)
         prompts = self.prompts(req)
-        params = self.sampling_params(req, req.max_tokens, req.logprobs)
+        params = self.sampling_params(req, req.max_tokens, req.logprobs, max(plp) if plp else None)
         rid = f"cmpl-{uuid.uuid4().hex}"
         sub_ids = [rid if len(prompts) == 1 else f"{rid}-{i}" for i in range(len(prompts))]
         streams: list[OutputStream] = []
@@ -82,7 +87,7 @@ class ServingCompletion(ServingBase):
                 await s.close()
             raise
         choices = [
-            _Choice(self.echo_text(ids, text) if req.echo else "")
+            _Choice(self.echo_text(ids, text) if req.echo else "", ids)
             for ids, text in prompts
             for _ in range(req.n)
         ]
@@ -136,8 +141,66 @@ class ServingCompletion(ServingBase):
             out.top_logprobs.append(top)
         return out
 
+    def prompt_logprobs_legacy(self, ch: _Choice, k: int) -> CompletionLogprobs:
+        """The echoed prompt's tokens in the legacy format (null for the first token)."""
+        out = CompletionLogprobs()
+        for tid, lp in zip(ch.prompt_ids, ch.prompt_lps or [], strict=False):
+            text, _ = self.tokens.get(tid)
+            out.tokens.append(text)
+            out.text_offset.append(ch.offset)
+            ch.offset += len(text)
+            if lp is None:
+                out.token_logprobs.append(None)
+                out.top_logprobs.append(None)
+                continue
+            out.token_logprobs.append(clamp_logprob(lp.logprob))
+            top = {self.tokens.get(t)[0]: clamp_logprob(v) for t, v in lp.top[:k]}
+            top.setdefault(text, clamp_logprob(lp.logprob))
+            out.top_logprobs.append(top)
+        return out
+
+    def prompt_logprobs_vllm(self, ch: _Choice, k: int) -> list[dict | None]:
+        """vLLM's prompt_logprobs: per prompt token None or {token_id: {logprob, rank,
+        decoded_token}} holding the prompt token and the top-k."""
+        out: list[dict | None] = []
+        for lp in ch.prompt_lps or []:
+            if lp is None:
+                out.append(None)
+                continue
+            d = {
+                str(lp.token_id): self._vllm_entry(lp.token_id, lp.logprob, lp.rank),
+            }
+            for r, (t, v) in enumerate(lp.top[:k], start=1):
+                d.setdefault(str(t), self._vllm_entry(t, v, r))
+            out.append(d)
+        return out
+
+    def _vllm_entry(self, token_id: int, logprob: float, rank: int) -> dict:
+        return {
+            "logprob": clamp_logprob(logprob),
+            "rank": rank,
+            "decoded_token": self.tokens.get(token_id)[0],
+        }
+
+    def _echo_parts(self, req: CompletionRequest, ch: _Choice):
+        """(legacy logprobs of the echoed prompt, vLLM prompt_logprobs) for a choice whose
+        prompt logprobs arrived and were not sent yet; (None, None) otherwise."""
+        if ch.prompt_lps is None or ch.prompt_lps_sent:
+            return None, None
+        ch.prompt_lps_sent = True
+        legacy = vllm = None
+        if req.echo and req.logprobs is not None:
+            legacy = self.prompt_logprobs_legacy(ch, req.logprobs)
+        if req.prompt_logprobs is not None:
+            vllm = self.prompt_logprobs_vllm(ch, req.prompt_logprobs)
+        return legacy, vllm
+
     def _apply(self, req: CompletionRequest, i: int, ro, choices: list[_Choice]):
         """Fold one RequestOutput of prompt i into its choices; yields (index, choice, delta)."""
+        for j in range(req.n):
+            ch = choices[i * req.n + j]
+            if ro.prompt_logprobs is not None and ch.prompt_lps is None:
+                ch.prompt_lps = ro.prompt_logprobs
         for c in ro.outputs:
             idx = i * req.n + c.index
             ch = choices[idx]
@@ -173,16 +236,20 @@ class ServingCompletion(ServingBase):
             self._finish(ids, choices, req.n)
             await merged.aclose()
         k = req.logprobs or 0
-        out = [
-            CompletionChoice(
-                index=idx,
-                text=ch.echo + "".join(ch.texts),
-                logprobs=self.logprobs(ch, ch.lps, k) if req.logprobs is not None else None,
-                finish_reason=ch.finish,
-                stop_reason=ch.stop,
+        out = []
+        for idx, ch in enumerate(choices):
+            echo_lp, plp = self._echo_parts(req, ch)
+            lp = self.logprobs(ch, ch.lps, k) if req.logprobs is not None else None
+            out.append(
+                CompletionChoice(
+                    index=idx,
+                    text=ch.echo + "".join(ch.texts),
+                    logprobs=_join(echo_lp, lp),
+                    finish_reason=ch.finish,
+                    stop_reason=ch.stop,
+                    prompt_logprobs=plp,
+                )
             )
-            for idx, ch in enumerate(choices)
-        ]
         n_out = sum(ch.num_tokens for ch in choices)
         return CompletionResponse(
             id=rid, model=self.client.info.name, choices=out, usage=usage(n_prompt, n_out, cached)
@@ -216,16 +283,23 @@ class ServingCompletion(ServingBase):
             async for i, ro in merged:
                 cached += ro.num_cached_tokens if ro.finished else 0
                 for idx, ch, c in self._apply(req, i, ro, choices):
-                    if req.logprobs is None and c.finish_reason is None:
+                    if (
+                        req.logprobs is None
+                        and req.prompt_logprobs is None
+                        and c.finish_reason is None
+                    ):
                         text = ch.echo + c.text if ch.echo else c.text
                         ch.echo = ""
                         if text or not has_tokenizer:
                             yield plain.render(idx, text)
                         continue
+                    echo_lp, plp = self._echo_parts(req, ch)
                     lp = self.logprobs(ch, c.logprobs, k) if req.logprobs is not None else None
+                    lp = _join(echo_lp, lp)
                     text = ch.echo + c.text
                     ch.echo = ""
                     held = not text and c.finish_reason is None and not (lp and lp.tokens)
+                    held = held and plp is None
                     if held and self.client.info.tokenizer is not None:
                         continue  # the detokenizer is holding text back (stop string prefix)
                     # Without a tokenizer every token still gets its (empty-text) chunk.
@@ -235,6 +309,7 @@ class ServingCompletion(ServingBase):
                         logprobs=lp,
                         finish_reason=c.finish_reason,
                         stop_reason=c.stop_reason,
+                        prompt_logprobs=plp,
                     )
                     obj = CompletionResponse(id=rid, created=created, model=model, choices=[choice])
                     yield sse(obj, exclude)
@@ -255,3 +330,15 @@ class ServingCompletion(ServingBase):
             self._finish(ids, choices, req.n)
             await merged.aclose()
         yield "data: [DONE]\n\n"
+
+
+def _join(a: CompletionLogprobs | None, b: CompletionLogprobs | None) -> CompletionLogprobs | None:
+    """The echoed prompt's logprobs, then the generated tokens'."""
+    if a is None or b is None:
+        return b if a is None else a
+    return CompletionLogprobs(
+        text_offset=a.text_offset + b.text_offset,
+        token_logprobs=a.token_logprobs + b.token_logprobs,
+        tokens=a.tokens + b.tokens,
+        top_logprobs=a.top_logprobs + b.top_logprobs,
+    )
