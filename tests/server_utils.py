@@ -32,24 +32,33 @@ def metric(text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-class RemoteServer:
-    def __init__(self, model: str | None, *args: str, timeout: float = 300.0) -> None:
+class CliServer:
+    """A `python -m strixlm.entrypoints.cli ... --port P` subprocess, healthy on return."""
+
+    def __init__(
+        self,
+        cli: list[str],
+        *,
+        cwd: Path = REPO,
+        extra_env: dict[str, str] | None = None,
+        label: str = "server",
+        timeout: float = 300.0,
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "strixlm.entrypoints.cli", "serve"]
-        cmd += ([model] if model else []) + ["--port", str(self.port), *args]
-        env = dict(os.environ)
+        cmd = [sys.executable, "-m", "strixlm.entrypoints.cli", *cli, "--port", str(self.port)]
+        env = dict(os.environ, **(extra_env or {}))
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="strixlm-serve-", suffix=".log")
+        self.log = tempfile.NamedTemporaryFile("w+", prefix=f"strixlm-{label}-", suffix=".log")
         # Own session: teardown can kill the whole group (engine process included).
         self.proc = subprocess.Popen(
-            cmd, cwd=REPO, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+            cmd, cwd=cwd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.output()}")
+                raise RuntimeError(f"{label} exited with {self.proc.returncode}:\n{self.output()}")
             try:
                 if httpx.get(self.url + "/health", timeout=2).status_code == 200:
                     return
@@ -57,8 +66,8 @@ class RemoteServer:
                 pass
             if time.monotonic() > deadline:
                 self.close()
-                raise RuntimeError(f"server did not become healthy:\n{self.output()}")
-            time.sleep(0.5)
+                raise RuntimeError(f"{label} did not become healthy:\n{self.output()}")
+            time.sleep(0.3)
 
     def output(self) -> str:
         self.log.flush()
@@ -92,3 +101,10 @@ class RemoteServer:
             pass
         self.proc.wait()
         self.log.close()
+
+
+class RemoteServer(CliServer):
+    """`strixlm serve [MODEL] ARGS...` in a subprocess."""
+
+    def __init__(self, model: str | None, *args: str, timeout: float = 300.0) -> None:
+        super().__init__(["serve", *([model] if model else []), *args], timeout=timeout)

@@ -17,9 +17,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,7 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from server_utils import REPO, RemoteServer, free_port
+from server_utils import REPO, CliServer, RemoteServer, free_port
 
 CHROMIUM = os.environ.get("STRIXLM_CHROMIUM", "/usr/bin/chromium")
 # Screenshots refresh the committed ones in docs/images/ only when asked
@@ -54,54 +51,17 @@ if not Path(CHROMIUM).exists():
 expect = sync_api.expect
 
 
-class ConfiglessRouter:
+class ConfiglessRouter(CliServer):
     """`strixlm router serve` with no --config, run in `workdir` (where setup writes)."""
 
     def __init__(self, workdir: Path, timeout: float = 120.0) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "strixlm.entrypoints.cli", "router", "serve"]
-        cmd += ["--port", str(self.port)]
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="strixlm-router-", suffix=".log")
-        self.proc = subprocess.Popen(
-            cmd, cwd=workdir, env=env, stdout=self.log, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"router exited with {self.proc.returncode}:\n{self.output()}")
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                self.close()
-                raise RuntimeError(f"router did not become healthy:\n{self.output()}")
-            time.sleep(0.3)
-
-    def output(self) -> str:
-        self.log.flush()
-        return Path(self.log.name).read_text()[-5000:]
+        super().__init__(["router", "serve"], cwd=workdir, label="router", timeout=timeout)
 
     def get(self, path: str, **kw) -> httpx.Response:
         return httpx.get(self.url + path, timeout=30, **kw)
 
     def post(self, path: str, **kw) -> httpx.Response:
         return httpx.post(self.url + path, timeout=60, **kw)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self.log.close()
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ import httpx
 import openai
 import pytest
 import yaml
-from server_utils import REPO, RemoteServer, free_port, metric
+from server_utils import REPO, CliServer, RemoteServer, metric
 
 B_KEY = "sk-backend-b"
 MAX_TOKENS = 4
@@ -106,46 +105,14 @@ def router_config(port_a: int, port_b: int, replay: Path) -> dict:
     }
 
 
-class RemoteRouter:
+class RemoteRouter(CliServer):
     def __init__(self, config: Path, timeout: float = 120.0) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "strixlm.entrypoints.cli", "router", "serve"]
-        cmd += ["--config", str(config), "--port", str(self.port)]
-        env = dict(os.environ, STRIXLM_TEST_B_KEY=B_KEY)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="strixlm-router-", suffix=".log")
-        self.proc = subprocess.Popen(
-            cmd, cwd=REPO, env=env, stdout=self.log, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"router exited with {self.proc.returncode}:\n{self.output()}")
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                self.close()
-                raise RuntimeError(f"router did not become healthy:\n{self.output()}")
-            time.sleep(0.3)
-
-    def output(self) -> str:
-        self.log.flush()
-        return Path(self.log.name).read_text()[-5000:]
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self.log.close()
+        super().__init__(
+            ["router", "serve", "--config", str(config)],
+            extra_env={"STRIXLM_TEST_B_KEY": B_KEY},
+            label="router",
+            timeout=timeout,
+        )
 
 
 def kill(server: RemoteServer) -> None:
