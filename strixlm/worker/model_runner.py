@@ -98,6 +98,8 @@ class ModelRunner:
                 self.block_size, self.device, self.layout.mamba_group_range, decode_rows
             )
         self.table: RequestStateTable | None = None
+        # Live requests that asked for prompt logprobs (most steps have none).
+        self._plp_requests: set[str] = set()
         self.graphs: DecodeGraphs | None = None
         self.kv_caches: list[torch.Tensor] = []
         self.pool: torch.Tensor | None = None  # hybrid models: the shared block pool
@@ -264,6 +266,7 @@ class ModelRunner:
         table = self.table
         for rid in sched.finished_req_ids:
             table.remove(rid)
+            self._plp_requests.discard(rid)
         new_rows = [
             table.add(new.request, new.block_ids, new.num_computed_tokens) for new in sched.new_reqs
         ]
@@ -272,6 +275,8 @@ class ModelRunner:
         for row, new in zip(new_rows, sched.new_reqs, strict=True):
             self.sampling.add(row, table.info[row])
             self.thinking.add(row, new.request)
+            if new.request.sampling_params.prompt_logprobs is not None:
+                self._plp_requests.add(new.request.request_id)
         table.flush(new_rows)
         self.sampling.flush()
         self.thinking.flush()
@@ -338,9 +343,13 @@ class ModelRunner:
         """(batch index, request id, k, start, end) for each request asking for prompt
         logprobs that computes prompt positions [start, end) this step; position p gives
         the logprob of prompt token p + 1, so the last prompt position has none."""
+        if not self._plp_requests:
+            return []  # the common case: no per-request loop on the step path
         table = self.table
         plan = []
         for i, (rid, n) in enumerate(zip(rids, counts, strict=True)):
+            if rid not in self._plp_requests:
+                continue
             row = table.rows[rid]
             info = table.info[row]
             k = info.params.prompt_logprobs
