@@ -270,12 +270,15 @@ def _no_write(md: AttentionMetadata) -> AttentionMetadata:
     return AttentionMetadata(**{**md.__dict__, "slot_mapping": md.slot_mapping[:0]})
 
 
+@pytest.mark.parametrize("rows", [MIXED, DECODE], ids=["mixed", "decode"])
 @pytest.mark.parametrize("num_splits", [1, 4])
-def test_graph_padding(num_splits):
-    """Padded tokens (slot -1) and padded zero-length sequences; host maxima as upper bounds."""
-    b = Batch(MIXED, 4, 2, 32, 4, torch.float32, seed=3, pad_tokens=5, pad_seqs=3)
+def test_graph_padding(num_splits, rows):
+    """Padded tokens (slot -1) and padded zero-length sequences; host maxima as upper bounds
+    (decode rows take the one-program-per-sequence grid, mixed rows the query-tile search)."""
+    pad_tokens = 5 if rows is MIXED else 3  # decode graphs pad one token per padded sequence
+    b = Batch(rows, 4, 2, 32, 4, torch.float32, seed=3, pad_tokens=pad_tokens, pad_seqs=3)
     b.md.max_seq_len = 128
-    b.md.max_query_len = 16 if num_splits == 1 else 8
+    b.md.max_query_len = 16 if rows is MIXED else 1
     cache = b.kv_cache.clone()
     be = TritonPagedAttention(b.hq, b.hkv, b.d, b.d**-0.5)
     be.num_splits = num_splits
@@ -284,9 +287,9 @@ def test_graph_padding(num_splits):
     md = AttentionMetadata(
         **{
             **b.md.__dict__,
-            "query_start_loc": b.md.query_start_loc[: len(MIXED) + 1],
-            "seq_lens": b.md.seq_lens[: len(MIXED)],
-            "block_table": b.block_table[: len(MIXED)],
+            "query_start_loc": b.md.query_start_loc[: len(rows) + 1],
+            "seq_lens": b.md.seq_lens[: len(rows)],
+            "block_table": b.block_table[: len(rows)],
             "slot_mapping": b.slots[: b.t],
             "max_seq_len": max(b.seq_lens),
             "max_query_len": max(b.query_lens),

@@ -13,8 +13,10 @@ and the sweep stops cleanly when --budget-s runs out, printing what it has.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
+import random
 import sys
 import time
 from pathlib import Path
@@ -35,13 +37,20 @@ from check_attention import (  # noqa: E402
 
 from strixlm.kernels import paged_attention as pa  # noqa: E402
 
+
+def _spread(b: int, lo: int, hi: int, seed: int = 0) -> list[int]:
+    """Contexts spread like the standard workload's mid-run decode batches (prompt in
+    [100, 1024] plus what each request has generated so far)."""
+    rng = random.Random(seed)
+    return [rng.randint(lo, hi) for _ in range(b)]
+
+
+# (name, contexts)
 SHAPES = [
-    ("b1 ctx512", 1, 512),
-    ("b32 ctx1800", 32, 1800),
-    ("b64 ctx1500", 64, 1500),
-    ("b128 ctx1200", 128, 1200),
-    ("b256 ctx520", 256, 520),
-    ("b256 ctx1000", 256, 1000),
+    ("b256 spread100-2000", _spread(256, 100, 2000)),
+    ("b256 ctx520", [520] * 256),
+    ("b128 spread300-2000", _spread(128, 300, 2000, 1)),
+    ("b64 spread600-2000", _spread(64, 600, 2000, 2)),
 ]
 
 
@@ -75,20 +84,24 @@ def main() -> None:
     args = ap.parse_args()
     deadline = time.monotonic() + args.budget_s
     results = []
-    for name, b, ctx in SHAPES:
+    for name, ctxs in SHAPES:
         if time.monotonic() > deadline:
             print(f"{name}: skipped (time budget spent)")
             continue
-        rows = [(ctx - 1, 1)] * b
+        b = len(ctxs)
+        rows = [(c - 1, 1) for c in ctxs]
         q, _, _, cache, md = make_batch(rows, DTYPE)
         ref = attn_call(q, cache, md, False, pa.AttnConfig(16, 32, 4, 2, 1, False))()
-        kv_bytes = b * ctx * HKV * D * 2 * cache.element_size()
+        kv_bytes = sum(ctxs) * HKV * D * 2 * cache.element_size()
         sms = pa.num_sms(q.device)
-        heur = pa.select_config(HQ, HKV, D, b, 1, ctx, sms)
-        splits = sorted({1, 2, heur.num_splits} | ({8, 16} if b <= 32 else set()))
+        heur = pa.select_config(HQ, HKV, D, b, 1, max(ctxs), sms)
+        # The query-tile search grid (before one program per sequence), same config.
+        md_search = dataclasses.replace(md, max_query_len=heur.block_m // (HQ // HKV) + 1)
+        t_search = graph_time_us(attn_call(q, cache, md_search, False, heur))
+        splits = sorted({1, 2, 4, heur.num_splits} | ({8, 16} if b <= 32 else set()))
         cfgs = [
             pa.AttnConfig(16, tile, w, st, sp)
-            for tile, w, st, sp in itertools.product((32, 64, 128), (4, 8), (2, 3), splits)
+            for tile, w, st, sp in itertools.product((16, 32, 64), (2, 4), (2, 3, 4), splits)
         ]
         times = []
         for cfg in cfgs:
@@ -106,6 +119,7 @@ def main() -> None:
         times.sort(key=lambda x: x[0])
         t_heur = graph_time_us(attn_call(q, cache, md, False, heur))
         print(f"{name}: heuristic {heur} {t_heur:.1f} us ({kv_bytes / t_heur / 1e6:.2f} TB/s)")
+        print(f"    same config, query-tile search grid: {t_search:.1f} us")
         for t, c in times[:5]:
             print(f"    {t:8.1f} us {kv_bytes / t / 1e6:5.2f} TB/s  {c}")
         results.append(
@@ -113,6 +127,8 @@ def main() -> None:
                 "shape": name,
                 "heuristic": str(heur),
                 "t_heuristic_us": t_heur,
+                "t_search_grid_us": t_search,
+                "kv_bytes": kv_bytes,
                 "best": [(t, str(c)) for t, c in times[:8]],
             }
         )

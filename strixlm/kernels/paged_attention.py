@@ -47,6 +47,8 @@ SPLIT_MAX_SEGS = 64
 # Benchmark knobs for A/B runs of the decode config (defaults are the tuned choice).
 DECODE_TILE = int(os.environ.get("STRIXLM_ATTN_DECODE_TILE", "32"))
 DEFAULT_K_ROWS = os.environ.get("STRIXLM_ATTN_K_ROWS", "0") == "1"
+# KV segments forced on decode-like batches (0 = the heuristic); for A/B runs.
+DECODE_SPLITS = int(os.environ.get("STRIXLM_ATTN_DECODE_SPLITS", "0"))
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,8 @@ def choose_num_splits(
     """
     if max_query_len > SPLIT_MAX_QUERY_LEN:
         return 1
+    if DECODE_SPLITS > 0:
+        return DECODE_SPLITS
     base = max(1, num_seqs * num_kv_heads)
     target = sms * SPLIT_TARGET_CTAS_PER_SM
     if base >= target:
@@ -251,18 +255,29 @@ if HAS_TRITON:
         SPLIT: tl.constexpr,
         IEEE: tl.constexpr,
         K_ROWS: tl.constexpr,
+        SEQ_GRID: tl.constexpr,
     ):
-        # Reversed: the last query tiles see the most keys under the causal mask; start them
-        # first so the tail of the grid is the cheap tiles.
-        q_block = tl.num_programs(0) - 1 - tl.program_id(0)
         kv_head = tl.program_id(1)
         seg = tl.program_id(2)
-        seq = _find_seq(qsl_ptr, q_block, num_seqs, BLOCK_Q)
-        q_start = tl.load(qsl_ptr + seq)
-        q_len = tl.load(qsl_ptr + seq + 1) - q_start
-        local = q_block - (q_start // BLOCK_Q + seq)
-        if local * BLOCK_Q >= q_len:
-            return
+        if SEQ_GRID:
+            # Every sequence fits one query tile (decode, short verification): the program
+            # index is the sequence, no search through query_start_loc.
+            seq = tl.program_id(0)
+            q_start = tl.load(qsl_ptr + seq)
+            q_len = tl.load(qsl_ptr + seq + 1) - q_start
+            local = 0
+            if q_len == 0:
+                return
+        else:
+            # Reversed: the last query tiles see the most keys under the causal mask; start
+            # them first so the tail of the grid is the cheap tiles.
+            q_block = tl.num_programs(0) - 1 - tl.program_id(0)
+            seq = _find_seq(qsl_ptr, q_block, num_seqs, BLOCK_Q)
+            q_start = tl.load(qsl_ptr + seq)
+            q_len = tl.load(qsl_ptr + seq + 1) - q_start
+            local = q_block - (q_start // BLOCK_Q + seq)
+            if local * BLOCK_Q >= q_len:
+                return
         seq_len = tl.load(seq_lens_ptr + seq)
         ctx_len = seq_len - q_len
 
@@ -411,7 +426,9 @@ def paged_attention(
     block_q = cfg.block_m // g
     assert block_q >= 1, "block_m must cover the GQA group"
     dim_p = max(16, _pow2(d))
-    n_q_blocks = t // block_q + num_seqs
+    # max_query_len is an upper bound: when it fits one tile, one program per sequence.
+    seq_grid = max_query_len <= block_q
+    n_q_blocks = num_seqs if seq_grid else t // block_q + num_seqs
     split = cfg.num_splits > 1
     if kv_cache.dtype != FP8_DTYPE:
         k_scale = v_scale = 1.0
@@ -456,6 +473,7 @@ def paged_attention(
         SPLIT=split,
         IEEE=q.dtype == torch.float32,
         K_ROWS=cfg.k_rows,
+        SEQ_GRID=seq_grid,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
