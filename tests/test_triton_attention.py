@@ -316,14 +316,16 @@ def test_reference_matches_torch_backend():
 
 
 def test_split_heuristic():
-    # Few long decodes: split until ~4 CTAs per SM; many sequences or prefill: no split.
-    assert pa.choose_num_splits(1, 8, 1, 8192, 32, 132) == 64
-    assert pa.choose_num_splits(1, 8, 1, 512, 32, 132) == 4
-    assert pa.choose_num_splits(256, 8, 1, 8192, 32, 132) == 1
-    assert pa.choose_num_splits(1, 8, 512, 8192, 32, 132) == 1
-    assert pa.choose_num_splits(4, 8, 1, 64, 32, 132) == 1
-    cfg = pa.select_config(16, 8, 128, 64, 1, 2048, 132)
-    assert cfg.block_m >= 16 and cfg.tile >= 16 and cfg.num_splits == 2
+    # Few long decodes: split until ~2 CTAs per SM, segments >= 128 tokens; many sequences
+    # or prefill: no split.
+    assert pa.choose_num_splits(1, 8, 1, 8192, 64, 132) == 64
+    assert pa.choose_num_splits(1, 8, 1, 512, 64, 132) == 4
+    assert pa.choose_num_splits(256, 8, 1, 8192, 64, 132) == 1
+    assert pa.choose_num_splits(64, 8, 1, 2048, 64, 132) == 1
+    assert pa.choose_num_splits(1, 8, 512, 8192, 64, 132) == 1
+    assert pa.choose_num_splits(4, 8, 1, 64, 64, 132) == 1
+    cfg = pa.select_config(16, 8, 128, 16, 1, 2048, 132)
+    assert cfg.block_m >= 16 and cfg.tile >= 16 and cfg.num_splits == 4
 
 
 def test_torch_fallback_path(monkeypatch):

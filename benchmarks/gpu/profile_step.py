@@ -1,7 +1,10 @@
 """Where a decode step's time goes: host (cProfile) and device (torch.profiler) views.
 
-python benchmarks/gpu/profile_step.py [--batch 1] [--eager]
+python benchmarks/gpu/profile_step.py [--batch 1] [--eager] [--prefill]
 Qwen3-0.6B shape, dummy bf16 weights, 512-token prompts, decode steps only.
+--prefill: instead, the host side (cProfile) and the device time (CUDA events) of steps that
+prefill a full token budget of 600-token prompts while 64 requests decode, as in the
+standard workload's admission steps.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 64])
     ap.add_argument("--eager", action="store_true")
     ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--prefill", action="store_true")
     args = ap.parse_args()
     model = os.path.join(
         os.path.dirname(__file__), "..", "..", "strixlm", "benchmarks", "configs", "qwen3-0.6b"
@@ -38,10 +42,13 @@ def main() -> None:
         dtype="bfloat16",
         skip_tokenizer_init=True,
         enforce_eager=args.eager,
-        max_num_seqs=max(args.batch),
+        max_num_seqs=256 if args.prefill else max(args.batch),
         gpu_memory_utilization=0.5,
     )
     engine = llm.engine
+    if args.prefill:
+        profile_prefill(engine, args.steps)
+        return
     for b in args.batch:
         params = SamplingParams(temperature=0, max_tokens=10_000, ignore_eos=True)
         for i in range(b):
@@ -76,6 +83,55 @@ def main() -> None:
         print(avg.table(sort_by="cpu_time_total", row_limit=15, max_name_column_width=60))
         for rid in list(engine.outputs.parents):
             engine.abort_request(rid)
+
+
+def profile_prefill(engine, steps: int) -> None:
+    """Mixed steps: a budget of fresh 600-token prompts on top of 64 decoding requests."""
+    params = SamplingParams(temperature=0, max_tokens=10_000, ignore_eos=True)
+    budget = engine.config.scheduler.max_num_batched_tokens
+    for i in range(64):
+        engine.add_request(list(range(1000 + i, 1512 + i)), params, kind="delta")
+    for _ in range(64 * 512 // budget + 5):
+        engine.step()
+    core = engine.core
+    prof = cProfile.Profile()
+    host, wall = [], []
+    for k in range(steps + 2):
+        for i in range(budget // 600):
+            engine.add_request(
+                list(range(5000 + 700 * k + i, 5600 + 700 * k + i)),
+                SamplingParams(temperature=0, max_tokens=1, ignore_eos=True),
+                kind="delta",
+            )
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        if k >= 2:
+            prof.enable()
+        core.step()  # plans and launches the mixed step, takes in the previous one
+        t1 = time.perf_counter()
+        if k >= 2:
+            prof.disable()
+        torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        if k >= 2:
+            host.append(t1 - t0)
+            wall.append(t2 - t0)
+    stats = torch.cuda.memory_stats()
+    print(
+        "allocator: "
+        + ", ".join(f"{k} {stats.get(k)}" for k in ("num_alloc_retries", "num_device_alloc"))
+    )
+    host_ms, wall_ms = 1e3 * sum(host) / len(host), 1e3 * sum(wall) / len(wall)
+    print(
+        f"\n##### mixed steps ({budget} token budget, 64 decoding): host {host_ms:.1f} ms/step,"
+        f" launch-to-idle {wall_ms:.1f} ms/step"
+    )
+    s = io.StringIO()
+    pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(30)
+    print(s.getvalue()[:7000])
+    s = io.StringIO()
+    pstats.Stats(prof, stream=s).sort_stats("cumtime").print_stats(30)
+    print(s.getvalue()[:7000])
 
 
 if __name__ == "__main__":

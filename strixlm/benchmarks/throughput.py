@@ -133,6 +133,15 @@ def run_strixlm(
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         elapsed = time.perf_counter() - start
+        if device.startswith("cuda"):
+            # Allocator retries free cached blocks with a device sync: a hidden step stall.
+            stats = torch.cuda.memory_stats()
+            retries = stats.get("num_alloc_retries", 0)
+            logger.info(
+                "CUDA allocator: %d alloc retries, %d device allocs",
+                retries,
+                stats.get("num_device_alloc", 0),
+            )
     finally:
         del llm
         gc.collect()
