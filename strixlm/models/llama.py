@@ -131,9 +131,12 @@ class LlamaForCausalLM(nn.Module):
         x, _ = self.norm(x, residual)
         return x
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+    def compute_logits(self, hidden: torch.Tensor, upcast: bool = True) -> torch.Tensor:
+        """Logits [T, vocab]: float32, or the model dtype for consumers that upcast as they
+        read (the Triton sampler), which saves writing and re-reading a float32 copy."""
         w = self.embed_tokens.weight if self.tie_word_embeddings else self.lm_head.weight
-        return torch.matmul(hidden, w.t()).float()
+        logits = torch.matmul(hidden, w.t())
+        return logits.float() if upcast else logits
 
     # ---- weights -----------------------------------------------------------------------
     _stacked = {

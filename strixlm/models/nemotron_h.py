@@ -242,9 +242,12 @@ class NemotronHForCausalLM(nn.Module):
         x, _ = self.norm_f(x, residual)
         return x
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+    def compute_logits(self, hidden: torch.Tensor, upcast: bool = True) -> torch.Tensor:
+        """Logits [T, vocab]: float32, or the model dtype for consumers that upcast as they
+        read (the Triton sampler), which saves writing and re-reading a float32 copy."""
         w = self.embeddings.weight if self.tie_word_embeddings else self.lm_head.weight
-        return torch.matmul(hidden, w.t()).float()
+        logits = torch.matmul(hidden, w.t())
+        return logits.float() if upcast else logits
 
     # ---- weights -----------------------------------------------------------------------
     # HF name fragment -> (our name, which of q/k/v).

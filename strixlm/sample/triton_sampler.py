@@ -46,6 +46,10 @@ STATS_BLOCK = 1024  # history / suppress entries per program
 MAX_SPLITS = 64  # chunks per row; each pass reduces S x 256 partials per program
 RS = 16  # partial rows reduced per step
 NUM_WARPS = 8
+# Programs per SM the vocab is split for: each program's loop over its chunk is latency-bound
+# (no pipelined loads), so many must be resident (2/SM ran 256 rows in 159 us on the H200;
+# one program per row read the float32 logits at a quarter of the bandwidth).
+PROGRAMS_PER_SM = 8
 
 
 def kernels_interpreted() -> bool:
@@ -92,7 +96,7 @@ def _splits(
             idx = device.index if device.index is not None else torch.cuda.current_device()
             if idx not in _SM_COUNT:
                 _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
-            target = 2 * _SM_COUNT[idx]
+            target = PROGRAMS_PER_SM * _SM_COUNT[idx]
         else:
             target = 1  # the interpreter runs programs one by one
         requested = max(1, target // max(num_rows, 1))

@@ -49,8 +49,10 @@ class DecodeGraphs:
         max_model_len: int,
         sizes: list[int],
         cuda_graphs: bool = True,
+        upcast_logits: bool = True,
     ) -> None:
         self.model = model
+        self.upcast_logits = upcast_logits  # False: logits stay in the model dtype
         self.table = table
         self.buffers = buffers
         self.model_state = model_state
@@ -99,12 +101,14 @@ class DecodeGraphs:
                 self.calls[b] = (batch.input_ids, batch.positions, md)
                 continue
             # Warm up outside the graph (autotuning, lazy allocations), then capture.
-            self.model.compute_logits(self.model(batch.input_ids, batch.positions, md))
+            self.model.compute_logits(
+                self.model(batch.input_ids, batch.positions, md), self.upcast_logits
+            )
             torch.cuda.synchronize()
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g, pool=self.pool):
                 hidden = self.model(batch.input_ids, batch.positions, md)
-                self.logits[b] = self.model.compute_logits(hidden)
+                self.logits[b] = self.model.compute_logits(hidden, self.upcast_logits)
             if self.pool is None:
                 self.pool = g.pool()
             self.graphs[b] = g
@@ -133,7 +137,7 @@ class DecodeGraphs:
         else:
             input_ids, positions, captured_md = self.calls[b]
             self.logits[b] = self.model.compute_logits(
-                self.model(input_ids, positions, captured_md)
+                self.model(input_ids, positions, captured_md), self.upcast_logits
             )
         self.num_replays += 1
         self.num_padded_rows += b - batch.num_reqs

@@ -90,6 +90,8 @@ class ModelRunner:
         self.sampler = (
             TritonSampler(interpret=False) if self.device.startswith("cuda") else Sampler()
         )
+        # The Triton sampler upcasts logits as it reads them: no float32 copy on its path.
+        self.upcast_logits = not isinstance(self.sampler, TritonSampler)
         decode_rows = bool(self.attn_layers) and self.attn_layers[0].attn.name == "torch"
         if self.layout is None:
             self.model_state = DefaultModelState(self.block_size, self.device, decode_rows)
@@ -258,6 +260,7 @@ class ModelRunner:
             self.block_size,
             self.max_model_len,
             capture_sizes(self.config.scheduler.max_num_seqs),
+            upcast_logits=self.upcast_logits,
         )
         self.graphs.capture()
 
@@ -322,7 +325,7 @@ class ModelRunner:
                 idx_dev = batch.query_start_loc[1 : batch.num_reqs + 1] - 1
             else:
                 idx_dev = self._to_device(idx)
-            logits = self.model.compute_logits(hidden[idx_dev.long()])
+            logits = self.model.compute_logits(hidden[idx_dev.long()], self.upcast_logits)
         if not idx:
             return StepHandle([], [], None, prompt_lp)
         if all_sample:
