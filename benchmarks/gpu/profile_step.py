@@ -31,9 +31,11 @@ def main() -> None:
     ap.add_argument("--eager", action="store_true")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--prefill", action="store_true")
+    ap.add_argument("--model", default="qwen3-0.6b", help="a config under benchmarks/configs")
+    ap.add_argument("--max-model-len", type=int, default=None)
     args = ap.parse_args()
     model = os.path.join(
-        os.path.dirname(__file__), "..", "..", "strixlm", "benchmarks", "configs", "qwen3-0.6b"
+        os.path.dirname(__file__), "..", "..", "strixlm", "benchmarks", "configs", args.model
     )
     llm = LLM(
         model,
@@ -43,7 +45,8 @@ def main() -> None:
         skip_tokenizer_init=True,
         enforce_eager=args.eager,
         max_num_seqs=256 if args.prefill else max(args.batch),
-        gpu_memory_utilization=0.5,
+        gpu_memory_utilization=0.5 if args.model == "qwen3-0.6b" else 0.9,
+        max_model_len=args.max_model_len,
     )
     engine = llm.engine
     if args.prefill:

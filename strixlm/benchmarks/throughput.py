@@ -247,6 +247,8 @@ def format_table(result: dict) -> str:
                 "requests: ratio of per-token rates)"
             )
         out.append(f"ratio strixlm/HF, output tok/s: {ratio}{note}")
+    if err := result.get("hf_error"):
+        out.append(f"HF peer failed: {err}")
     if g := result.get("greedy_agreement"):
         out.append(
             f"greedy outputs identical on {g['identical']}/{g['requests']} sampled "
@@ -289,6 +291,54 @@ def memory_floor(
     return floor
 
 
+def _run_peer(
+    args: argparse.Namespace,
+    result: dict,
+    folder: str,
+    load_format: str,
+    dtype: torch.dtype,
+    device: str,
+    workload: Workload,
+    warm: Workload,
+    ours: RunResult,
+) -> None:
+    """Run the HF peer on the same requests (or a prefix) and record it and the ratio; an
+    error in the peer is recorded instead of ending the benchmark."""
+    from strixlm.benchmarks.hf_peer import run_hf_peer
+
+    sub = workload.subset(args.hf_subset) if args.hf_subset else workload
+    mem = args.hf_max_memory_percent
+    if mem is None and device.startswith("cuda"):
+        mem = 0.9
+    try:
+        peer = run_hf_peer(
+            folder,
+            load_format,
+            dtype,
+            device,
+            sub,
+            warm,
+            mode=args.hf_mode,
+            max_batch_tokens=args.hf_max_batch_tokens,
+            max_memory_percent=mem,
+        )
+    except (RuntimeError, torch.OutOfMemoryError) as e:  # OOM is a RuntimeError subclass
+        logger.error("HF peer failed on %d requests: %s", sub.num_requests, str(e)[:300])
+        result["hf_error"] = f"{type(e).__name__}: {str(e)[:300]}"
+        return
+    result["hf"] = peer.to_dict(SAMPLE)
+    if bad := peer.check_lengths(sub.output_lens):
+        logger.warning("hf: %d requests did not produce their output length", len(bad))
+    result["ratio"] = ours.output_tok_s / peer.output_tok_s if peer.output_tok_s else None
+    result["ratio_basis"] = (
+        "output tok/s, same requests"
+        if sub is workload
+        else f"output tok/s, HF on the first {sub.num_requests} requests"
+    )
+    if load_format != "dummy":
+        result["greedy_agreement"] = ours.agreement(peer, SAMPLE)
+
+
 def run(args: argparse.Namespace) -> dict:
     folder, load_format = resolve_model(args.model, args.load_format)
     device = resolve_device(args.device)
@@ -328,34 +378,9 @@ def run(args: argparse.Namespace) -> dict:
         logger.warning("strixlm: %d requests did not produce their output length", len(bad))
     result["memory_floor"] = memory_floor(args, hf_config, dtype, device, workload, ours)
     if args.compare == "hf":
-        from strixlm.benchmarks.hf_peer import run_hf_peer
-
-        sub = workload.subset(args.hf_subset) if args.hf_subset else workload
-        mem = args.hf_max_memory_percent
-        if mem is None and device.startswith("cuda"):
-            mem = 0.9
-        peer = run_hf_peer(
-            folder,
-            load_format,
-            dtype,
-            device,
-            sub,
-            warm,
-            mode=args.hf_mode,
-            max_batch_tokens=args.hf_max_batch_tokens,
-            max_memory_percent=mem,
-        )
-        result["hf"] = peer.to_dict(SAMPLE)
-        if bad := peer.check_lengths(sub.output_lens):
-            logger.warning("hf: %d requests did not produce their output length", len(bad))
-        result["ratio"] = ours.output_tok_s / peer.output_tok_s if peer.output_tok_s else None
-        result["ratio_basis"] = (
-            "output tok/s, same requests"
-            if sub is workload
-            else f"output tok/s, HF on the first {sub.num_requests} requests"
-        )
-        if load_format != "dummy":
-            result["greedy_agreement"] = ours.agreement(peer, SAMPLE)
+        # Our figures first: a peer that fails (out of memory, say) must not lose them.
+        print(format_table(result), flush=True)
+        _run_peer(args, result, folder, load_format, dtype, device, workload, warm, ours)
     print(format_table(result))
     if args.output_json:
         Path(args.output_json).parent.mkdir(parents=True, exist_ok=True)

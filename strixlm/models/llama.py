@@ -16,7 +16,9 @@ from strixlm.layers.attention.backend import AttentionBackend
 from strixlm.layers.attention.metadata import AttentionMetadata
 from strixlm.layers.linear import Linear
 from strixlm.layers.norm import RMSNorm
+from strixlm.layers.norm import _use_triton as _norm_uses_triton
 from strixlm.layers.rotary import RotaryEmbedding
+from strixlm.layers.rotary import _use_triton as _rotary_uses_triton
 
 
 def rope_settings(cfg) -> tuple[float, dict | None]:
@@ -60,11 +62,28 @@ class Attention(nn.Module):
         k = k.view(t, self.num_kv_heads, self.head_dim)
         v = v.view(t, self.num_kv_heads, self.head_dim)
         if self.qk_norm:
-            q = self.q_norm(q)
-            k = self.k_norm(k)
-        q, k = self.rotary(positions, q, k)
+            q, k = self._qk_norm_rope(positions, q, k)
+        else:
+            q, k = self.rotary(positions, q, k)
         o = self.attn.forward(q, k, v, self.kv_cache, md)
         return self.o_proj(o.reshape(t, self.q_size))
+
+    def _qk_norm_rope(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
+        """q_norm, k_norm, then rotary: one fused in-place launch where all three would run
+        Triton and the in-place result keeps q's dtype; the separate layers otherwise."""
+        qn, kn = self.q_norm, self.k_norm
+        if (
+            _norm_uses_triton(q)
+            and _rotary_uses_triton(q)
+            and qn.weight.dtype == kn.weight.dtype == q.dtype
+            and qn.eps == kn.eps
+        ):
+            from strixlm.kernels.qk_norm_rope import qk_norm_rope_inplace
+
+            rot = self.rotary
+            qk_norm_rope_inplace(positions, q, k, qn.weight, kn.weight, qn.eps, rot.cos, rot.sin)
+            return q, k
+        return self.rotary(positions, qn(q), kn(k))
 
 
 class MLP(nn.Module):

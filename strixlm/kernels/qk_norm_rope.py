@@ -1,0 +1,188 @@
+"""Per-head q/k RMSNorm fused with neox rotary embedding (Qwen3 attention), in place.
+
+Qwen3 runs q_norm, k_norm and rotary on q/k right after the QKV projection: three small
+launches per layer, which dominate their own cost in CUDA-graph decode. This kernel does
+all three in one launch and one read/write of q and k. Numerics are those of the separate
+paths (strixlm/layers/norm.py and rotary.py, and their Triton kernels): the norm in fp32,
+cast to the input dtype before the weight multiply, the product rounded to the input dtype,
+then the rotation in fp32 with the fp32 cos/sin rows, rounded to the input dtype again.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from strixlm.layers.rotary import RotaryEmbedding
+
+try:
+    import triton
+    import triton.language as tl
+
+    HAS_TRITON = True
+except ImportError:  # CPU-only installs use the separate torch paths
+    HAS_TRITON = False
+
+
+def qk_norm_rope_ref(
+    positions: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    eps: float,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Torch reference: RMSNorm._norm then RotaryEmbedding._rotate; returns new q, k."""
+
+    def norm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        return weight * xf.to(x.dtype)
+
+    c = cos[positions].unsqueeze(1)
+    s = sin[positions].unsqueeze(1)
+    rotate = RotaryEmbedding._rotate
+    return rotate(norm(q, q_weight), c, s), rotate(norm(k, k_weight), c, s)
+
+
+if HAS_TRITON:
+
+    @triton.jit
+    def _norm_rotate_heads(
+        base, heads, n_heads, head_stride, d, d_mask, half, w1, w2, eps, cos, sin
+    ):
+        # A [BLOCK_H, BLOCK_HALF] tile per half; neox pairs element i with element i + half.
+        mask = (heads < n_heads)[:, None] & d_mask[None, :]
+        p1 = base + heads[:, None].to(tl.int64) * head_stride + d[None, :]
+        x1 = tl.load(p1, mask=mask, other=0.0)
+        x2 = tl.load(p1 + half, mask=mask, other=0.0)
+        x1f = x1.to(tl.float32)
+        x2f = x2.to(tl.float32)
+        # RMSNorm over the whole head (both halves); masked lanes add zeros.
+        var = (tl.sum(x1f * x1f, axis=1) + tl.sum(x2f * x2f, axis=1)) / (2 * half)
+        r = tl.rsqrt(var + eps)[:, None]
+        # Rounded to the input dtype before and after the weight multiply, as the separate
+        # rmsnorm kernel does (it writes weight * xn in the input dtype, rotary reads it).
+        y1 = ((x1f * r).to(x1.dtype).to(tl.float32) * w1).to(x1.dtype).to(tl.float32)
+        y2 = ((x2f * r).to(x1.dtype).to(tl.float32) * w2).to(x1.dtype).to(tl.float32)
+        tl.store(p1, (y1 * cos - y2 * sin).to(x1.dtype), mask=mask)
+        tl.store(p1 + half, (y2 * cos + y1 * sin).to(x1.dtype), mask=mask)
+
+    @triton.jit
+    def _qk_norm_rope_kernel(
+        q_ptr,
+        k_ptr,
+        pos_ptr,
+        qw_ptr,
+        kw_ptr,
+        cos_ptr,
+        sin_ptr,
+        n_q_heads,
+        n_k_heads,
+        q_s0,
+        q_s1,
+        k_s0,
+        k_s1,
+        pos_stride,
+        cos_stride,
+        sin_stride,
+        half,
+        eps,
+        BLOCK_H: tl.constexpr,
+        BLOCK_HALF: tl.constexpr,
+    ):
+        # One program per token: its cos/sin row and both weights are loaded once and
+        # reused for every head, looped over in blocks of BLOCK_H heads.
+        tok = tl.program_id(0).to(tl.int64)
+        pos = tl.load(pos_ptr + tok * pos_stride).to(tl.int64)
+        d = tl.arange(0, BLOCK_HALF)
+        d_mask = d < half
+        cos = tl.load(cos_ptr + pos * cos_stride + d, mask=d_mask, other=0.0).to(tl.float32)
+        sin = tl.load(sin_ptr + pos * sin_stride + d, mask=d_mask, other=0.0).to(tl.float32)
+        cos = cos[None, :]
+        sin = sin[None, :]
+        qw1 = tl.load(qw_ptr + d, mask=d_mask, other=0.0).to(tl.float32)[None, :]
+        qw2 = tl.load(qw_ptr + half + d, mask=d_mask, other=0.0).to(tl.float32)[None, :]
+        kw1 = tl.load(kw_ptr + d, mask=d_mask, other=0.0).to(tl.float32)[None, :]
+        kw2 = tl.load(kw_ptr + half + d, mask=d_mask, other=0.0).to(tl.float32)[None, :]
+        h = tl.arange(0, BLOCK_H)
+        q_base = q_ptr + tok * q_s0
+        for h0 in range(0, n_q_heads, BLOCK_H):
+            _norm_rotate_heads(
+                q_base, h0 + h, n_q_heads, q_s1, d, d_mask, half, qw1, qw2, eps, cos, sin
+            )
+        k_base = k_ptr + tok * k_s0
+        for h0 in range(0, n_k_heads, BLOCK_H):
+            _norm_rotate_heads(
+                k_base, h0 + h, n_k_heads, k_s1, d, d_mask, half, kw1, kw2, eps, cos, sin
+            )
+
+
+def qk_norm_rope_inplace(
+    positions: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    eps: float,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+) -> None:
+    """Per-head RMSNorm (q_weight / k_weight) then neox rotary on q [T, Hq, D] and
+    k [T, Hk, D], in place (views into a qkv buffer are fine).
+
+    positions [T] (any integer dtype and stride) index the rows of cos/sin [max_pos, D/2];
+    they are not bounds-checked (checking would need a device sync). The result keeps q's
+    and k's dtypes, so the weights must not promote them (e.g. fp32 weights on bf16 q).
+    """
+    if not HAS_TRITON:
+        raise RuntimeError("qk_norm_rope_inplace needs triton; use qk_norm_rope_ref")
+    if q.dim() != 3 or k.dim() != 3 or q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
+        raise ValueError(f"bad q/k shapes {tuple(q.shape)} / {tuple(k.shape)}")
+    t, n_q_heads, head_dim = q.shape
+    half = head_dim // 2
+    if head_dim % 2 or cos.shape[-1] != half or sin.shape[-1] != half:
+        raise ValueError(f"head_dim {head_dim} does not match the cos/sin tables")
+    if q.stride(-1) != 1 or k.stride(-1) != 1 or cos.stride(-1) != 1 or sin.stride(-1) != 1:
+        raise ValueError("q, k, cos and sin need a contiguous last dim (rotation is in place)")
+    if q_weight.shape != (head_dim,) or k_weight.shape != (head_dim,):
+        raise ValueError(
+            f"norm weights {tuple(q_weight.shape)} / {tuple(k_weight.shape)} "
+            f"do not match head_dim {head_dim}"
+        )
+    for x, w in ((q, q_weight), (k, k_weight)):
+        if torch.promote_types(w.dtype, x.dtype) != x.dtype:
+            raise ValueError(
+                f"weight dtype {w.dtype} would promote {x.dtype}; the in-place result cannot"
+            )
+    if positions.shape != (t,):
+        raise ValueError(f"positions shape {tuple(positions.shape)} != ({t},)")
+    if t == 0:
+        return
+    block_half = triton.next_power_of_2(half)
+    # A [BLOCK_H, BLOCK_HALF] tile of ~1K elements per half: 8 per thread at 4 warps.
+    block_h = max(1, min(triton.next_power_of_2(max(n_q_heads, k.shape[1])), 1024 // block_half))
+    _qk_norm_rope_kernel[(t,)](
+        q,
+        k,
+        positions,
+        q_weight if q_weight.is_contiguous() else q_weight.contiguous(),
+        k_weight if k_weight.is_contiguous() else k_weight.contiguous(),
+        cos,
+        sin,
+        n_q_heads,
+        k.shape[1],
+        q.stride(0),
+        q.stride(1),
+        k.stride(0),
+        k.stride(1),
+        positions.stride(0),
+        cos.stride(0),
+        sin.stride(0),
+        half,
+        eps,
+        BLOCK_H=block_h,
+        BLOCK_HALF=block_half,
+        num_warps=4,
+    )
