@@ -1,0 +1,278 @@
+"""Fused per-head q/k RMSNorm + neox rotary (Qwen3) vs its torch reference and the layers.
+
+Runs on CPU under the Triton interpreter. Tolerance: the kernel rounds at the same places
+as the torch path (normed value, weight product, rotated value, each to the input dtype),
+so the only legitimate difference is the fp32 summation order of the mean of squares,
+which moves the rsqrt factor by about one fp32 ulp. For fp16/bf16 that can flip one
+rounding of an element by one ulp, so we allow eps(dtype) * max|ref| absolute (one to two
+ulps at the largest magnitude) and require >= 99% of the elements to be bit-identical
+(in practice all are); for fp32, a few fp32 ulps of the largest magnitude.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Must be set before triton is imported: @triton.jit picks the interpreter at decoration.
+os.environ["TRITON_INTERPRET"] = "1"
+
+import importlib  # noqa: E402
+import sys  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:Conversion of an array with ndim:DeprecationWarning"
+)
+
+_KERNEL_MODULES = (
+    "strixlm.kernels.qk_norm_rope",
+    "strixlm.kernels.rmsnorm",
+    "strixlm.kernels.rotary",
+)
+
+
+def _fresh_interpreted_triton() -> None:
+    """Re-import triton and our kernels interpreted if an earlier test module imported them
+    compiled (see tests/test_triton_fused.py for the details)."""
+    std = sys.modules.get("triton.language.standard")
+    if std is None or type(getattr(std, "cdiv", None)).__name__ != "JITFunction":
+        return
+    for name in list(sys.modules):
+        if name == "triton" or (name.startswith("triton.") and not name.startswith("triton._C")):
+            del sys.modules[name]
+    for name in _KERNEL_MODULES:
+        sys.modules.pop(name, None)
+
+
+_fresh_interpreted_triton()
+pytest.importorskip("triton", reason="triton is not installed")
+k_fused, k_norm, k_rot = (importlib.import_module(n) for n in _KERNEL_MODULES)
+import triton.language as tl  # noqa: E402
+import triton.runtime.interpreter as _interp  # noqa: E402
+
+from strixlm.layers.norm import RMSNorm  # noqa: E402
+from strixlm.layers.rotary import RotaryEmbedding  # noqa: E402
+from strixlm.models import llama  # noqa: E402
+from strixlm.models.qwen3 import Qwen3Attention  # noqa: E402
+
+EPS = 1e-6
+MAX_POS = 256
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+@pytest.fixture(autouse=True)
+def _bf16_round_to_nearest(monkeypatch):
+    """The interpreter casts fp32 -> bf16 by truncation (it ignores the rounding mode of a
+    plain cast); GPUs and torch round to nearest even. Give the interpreter torch's
+    rounding so bf16 results are checked against what the GPU computes."""
+    orig = getattr(_interp, "_convert_float", None)
+    if orig is None:
+        return
+
+    def convert(x, src, dst, rounding_mode):
+        if src == tl.float32 and dst == tl.bfloat16:
+            f32 = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+            return f32.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+        return orig(x, src, dst, rounding_mode)
+
+    monkeypatch.setattr(_interp, "_convert_float", convert)
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _weights(d: int, dtype: torch.dtype, g: torch.Generator) -> tuple[torch.Tensor, ...]:
+    return tuple((1.0 + 0.5 * torch.randn(d, generator=g)).to(dtype) for _ in range(2))
+
+
+def _qkv(t: int, hq: int, hk: int, d: int, dtype: torch.dtype, g: torch.Generator, pad: int = 0):
+    """A [T, (Hq + 2 Hk) D + pad] projection output and its q/k views, as the model makes."""
+    qkv = (torch.randn(t, (hq + 2 * hk) * d + pad, generator=g) * 2.0).to(dtype)
+    q = qkv[:, : hq * d].view(t, hq, d)
+    k = qkv[:, hq * d : (hq + hk) * d].view(t, hk, d)
+    return qkv, q, k
+
+
+def _positions(t: int, dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
+    # Non-contiguous: every other entry of a longer tensor.
+    pos = torch.randint(0, MAX_POS, (2 * t,), generator=g).to(dtype)[::2]
+    assert not pos.is_contiguous() or t == 1
+    return pos
+
+
+def _assert_close(got: torch.Tensor, ref: torch.Tensor) -> None:
+    assert got.dtype == ref.dtype and got.shape == ref.shape
+    eps = torch.finfo(ref.dtype).eps
+    amax = ref.float().abs().max().item()
+    if ref.dtype == torch.float32:
+        torch.testing.assert_close(got, ref, rtol=0, atol=4 * eps * amax)
+        return
+    torch.testing.assert_close(got, ref, rtol=0, atol=eps * amax)
+    exact = (got.view(torch.int16) == ref.view(torch.int16)).float().mean().item()
+    assert exact >= 0.99, f"only {exact:.1%} of the elements are bit-identical"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("heads", [(4, 2), (8, 8)])
+@pytest.mark.parametrize("head_dim", [32, 64, 48])
+@pytest.mark.parametrize("t,pos_dtype", [(1, torch.int64), (7, torch.int32), (7, torch.int64)])
+def test_matches_reference(dtype, heads, head_dim, t, pos_dtype) -> None:
+    hq, hk = heads
+    g = _gen(head_dim * 1000 + hq * 100 + hk * 10 + t)
+    rot = RotaryEmbedding(head_dim, MAX_POS, 1e6)
+    qw, kw = _weights(head_dim, dtype, g)
+    qkv, q, k = _qkv(t, hq, hk, head_dim, dtype, g)
+    v_before = qkv[:, (hq + hk) * head_dim :].clone()
+    positions = _positions(t, pos_dtype, g)
+    ref_q, ref_k = k_fused.qk_norm_rope_ref(positions, q, k, qw, kw, EPS, rot.cos, rot.sin)
+    assert k_fused.qk_norm_rope_inplace(positions, q, k, qw, kw, EPS, rot.cos, rot.sin) is None
+    _assert_close(q, ref_q)
+    _assert_close(k, ref_k)
+    assert torch.equal(qkv[:, (hq + hk) * head_dim :], v_before), "v must be untouched"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_only_q_and_k_are_written(dtype) -> None:
+    # A wider row (guard columns after v) and NaN in v: nothing outside q/k may change, and
+    # nothing outside q/k may be read into them.
+    t, hq, hk, d = 3, 4, 2, 32
+    g = _gen(7)
+    rot = RotaryEmbedding(d, MAX_POS, 1e4)
+    qw, kw = _weights(d, dtype, g)
+    qkv, q, k = _qkv(t, hq, hk, d, dtype, g, pad=8)
+    qkv[:, (hq + hk) * d :] = float("nan")
+    bits = torch.int16 if dtype == torch.bfloat16 else torch.int32
+    outside = qkv[:, (hq + hk) * d :].clone()
+    positions = _positions(t, torch.int64, g)
+    ref_q, ref_k = k_fused.qk_norm_rope_ref(positions, q, k, qw, kw, EPS, rot.cos, rot.sin)
+    k_fused.qk_norm_rope_inplace(positions, q, k, qw, kw, EPS, rot.cos, rot.sin)
+    assert torch.equal(qkv[:, (hq + hk) * d :].view(bits), outside.view(bits))
+    _assert_close(q, ref_q)
+    _assert_close(k, ref_k)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_small_inputs_where_eps_matters(dtype) -> None:
+    # Mean square ~ eps: the result depends on eps being added inside the rsqrt.
+    t, hq, hk, d, eps = 2, 4, 2, 32, 1e-5
+    g = _gen(23)
+    rot = RotaryEmbedding(d, MAX_POS, 1e4)
+    qw, kw = _weights(d, dtype, g)
+    qkv, q, k = _qkv(t, hq, hk, d, dtype, g)
+    qkv.mul_(2e-3)
+    positions = _positions(t, torch.int64, g)
+    ref_q, ref_k = k_fused.qk_norm_rope_ref(positions, q, k, qw, kw, eps, rot.cos, rot.sin)
+    k_fused.qk_norm_rope_inplace(positions, q, k, qw, kw, eps, rot.cos, rot.sin)
+    _assert_close(q, ref_q)
+    _assert_close(k, ref_k)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("scaling", [None, "llama3"])
+def test_reference_is_norm_then_rotary_layers(dtype, scaling) -> None:
+    # The fused op is a faithful replacement: the reference equals the torch paths of the
+    # RMSNorm and RotaryEmbedding layers applied one after the other, bit for bit.
+    t, hq, hk, d = 5, 4, 2, 64
+    g = _gen(11)
+    params = None
+    if scaling == "llama3":
+        params = {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "original_max_position_embeddings": 64,
+        }
+    rot = RotaryEmbedding(d, MAX_POS, 5e5, params)
+    q_norm, k_norm = RMSNorm(d, EPS), RMSNorm(d, EPS)
+    q_norm.weight.data, k_norm.weight.data = _weights(d, dtype, g)
+    _, q, k = _qkv(t, hq, hk, d, dtype, g)
+    positions = _positions(t, torch.int64, g)
+    with torch.no_grad():
+        want_q, want_k = rot(positions, q_norm(q), k_norm(k))
+        got_q, got_k = k_fused.qk_norm_rope_ref(
+            positions, q, k, q_norm.weight, k_norm.weight, EPS, rot.cos, rot.sin
+        )
+    assert torch.equal(got_q, want_q) and torch.equal(got_k, want_k)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_matches_separate_triton_kernels(dtype) -> None:
+    # The fused kernel vs the rmsnorm kernel on q and k, then the rotary kernel.
+    t, hq, hk, d = 4, 8, 2, 64
+    g = _gen(13)
+    rot = RotaryEmbedding(d, MAX_POS, 1e6)
+    qw, kw = _weights(d, dtype, g)
+    qkv, q, k = _qkv(t, hq, hk, d, dtype, g)
+    positions = _positions(t, torch.int32, g)
+    sep_q = k_norm.rmsnorm(q, qw, EPS)
+    sep_k = k_norm.rmsnorm(k, kw, EPS)
+    k_rot.rotary_inplace(positions, sep_q, sep_k, rot.cos, rot.sin)
+    k_fused.qk_norm_rope_inplace(positions, q, k, qw, kw, EPS, rot.cos, rot.sin)
+    _assert_close(q, sep_q)
+    _assert_close(k, sep_k)
+
+
+def test_attention_dispatch(monkeypatch) -> None:
+    # Qwen3Attention takes the fused launch exactly when the norm and rotary layers would
+    # run Triton (forced on here, as on CUDA), with the same result as the separate layers.
+    d, hq, hk, t = 32, 4, 2, 3
+    cfg = SimpleNamespace(
+        num_attention_heads=hq,
+        num_key_value_heads=hk,
+        head_dim=d,
+        hidden_size=64,
+        rms_norm_eps=EPS,
+    )
+    g = _gen(17)
+    attn = Qwen3Attention(cfg, lambda *a: None, False, RotaryEmbedding(d, MAX_POS, 1e6))
+    attn.q_norm.weight.data, attn.k_norm.weight.data = _weights(d, torch.float32, g)
+    _, q, k = _qkv(t, hq, hk, d, torch.float32, g)
+    positions = _positions(t, torch.int64, g)
+    with torch.no_grad():
+        want_q, want_k = attn._qk_norm_rope(positions, q.clone(), k.clone())  # CPU: layers
+
+        calls = []
+        fused = k_fused.qk_norm_rope_inplace
+        monkeypatch.setattr(k_fused, "qk_norm_rope_inplace", lambda *a: calls.append(fused(*a)))
+        monkeypatch.setattr(llama, "_norm_uses_triton", lambda x: True)
+        monkeypatch.setattr(llama, "_rotary_uses_triton", lambda x: True)
+        got_q, got_k = attn._qk_norm_rope(positions, q, k)
+    assert len(calls) == 1
+    assert got_q is q and got_k is k, "the fused path writes q and k in place"
+    _assert_close(got_q, want_q)
+    _assert_close(got_k, want_k)
+
+
+def test_cpu_attention_uses_the_layers() -> None:
+    # CPU tensors never reach the fused kernel (the HF-equality tests depend on it).
+    q = torch.zeros(1, 2, 8)
+    assert not (llama._norm_uses_triton(q) or llama._rotary_uses_triton(q))
+
+
+def test_validation() -> None:
+    d = 32
+    rot = RotaryEmbedding(d, MAX_POS, 1e4)
+    g = _gen(19)
+    qw, kw = _weights(d, torch.bfloat16, g)
+    _, q, k = _qkv(2, 4, 2, d, torch.bfloat16, g)
+    pos = torch.tensor([0, 1])
+    run = k_fused.qk_norm_rope_inplace
+    with pytest.raises(ValueError, match="head_dim"):  # odd head_dim: no neox pairing
+        _, q_odd, k_odd = _qkv(2, 4, 2, 33, torch.bfloat16, g)
+        run(pos, q_odd, k_odd, qw, kw, EPS, rot.cos, rot.sin)
+    with pytest.raises(ValueError, match="norm weights"):
+        run(pos, q, k, qw[:16], kw, EPS, rot.cos, rot.sin)
+    with pytest.raises(ValueError, match="promote"):  # fp32 weights would make q fp32
+        run(pos, q, k, qw.float(), kw, EPS, rot.cos, rot.sin)
+    with pytest.raises(ValueError, match="positions"):
+        run(pos[:1], q, k, qw, kw, EPS, rot.cos, rot.sin)
+    with pytest.raises(ValueError, match="contiguous"):
+        run(pos, q.transpose(1, 2).contiguous().transpose(1, 2), k, qw, kw, EPS, rot.cos, rot.sin)
+    with pytest.raises(ValueError, match="shapes"):
+        run(pos, q, k[:1], qw, kw, EPS, rot.cos, rot.sin)
+    # No tokens: nothing to do, nothing launched.
+    run(pos[:0], q[:0], k[:0], qw, kw, EPS, rot.cos, rot.sin)
