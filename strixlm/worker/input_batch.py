@@ -69,14 +69,19 @@ def gather_inputs(
     num_scheduled: list[int],
     block_size: int,
     num_reqs_padded: int | None = None,
+    num_tokens_padded: int | None = None,
 ) -> InputBatch:
-    """num_reqs_padded > len(request_ids) adds one-token rows on the dummy row (graphs)."""
+    """Padding for CUDA graphs. Decode graphs (num_reqs_padded only): the extra rows are
+    one-token rows on the dummy row. Mixed graphs (num_tokens_padded too): the extra rows are
+    zero-length sequences on the dummy row, and the tokens past the real ones belong to no
+    sequence (slot -1: nothing is written to the cache; attention leaves their rows)."""
     rows = [table.rows[r] for r in request_ids]
     n = len(rows)
     b_pad = num_reqs_padded or n
     pad = b_pad - n
     qsl = np.zeros(b_pad + 1, dtype=np.int64)
-    np.cumsum(num_scheduled + [1] * pad, out=qsl[1:])
+    pad_len = 0 if num_tokens_padded is not None else 1
+    np.cumsum(num_scheduled + [pad_len] * pad, out=qsl[1:])
     rows_padded = rows + [table.dummy_row] * pad
     # One host->device copy for both arrays.
     host = torch.from_numpy(np.concatenate([np.asarray(rows_padded, np.int64), qsl]))
@@ -87,6 +92,11 @@ def gather_inputs(
     bufs.rows[:b_pad].copy_(dev[:b_pad])
     bufs.query_start_loc[: b_pad + 1].copy_(dev[b_pad:])
     t_pad = int(qsl[-1])
+    if num_tokens_padded is not None:
+        if num_tokens_padded < t_pad:
+            raise ValueError(f"{t_pad} tokens do not fit a graph of {num_tokens_padded}")
+        bufs.slot_mapping[t_pad:num_tokens_padded].fill_(-1)
+        t_pad = num_tokens_padded
     rows_dev = bufs.rows[:b_pad]
     prepare_inputs(
         table.token_ids,

@@ -25,6 +25,7 @@ from strixlm.sample.sampler import Sampler
 from strixlm.sample.triton_sampler import TritonSampler, compute_token_logprobs
 from strixlm.worker.cuda_graphs import DecodeGraphs, capture_sizes
 from strixlm.worker.input_batch import InputBuffers, gather_inputs
+from strixlm.worker.mixed_graphs import MixedGraphs, mixed_buckets
 from strixlm.worker.model_states.block_zeroing import BlockZeroer
 from strixlm.worker.model_states.default import DefaultModelState
 from strixlm.worker.model_states.hybrid import HybridModelState
@@ -103,6 +104,7 @@ class ModelRunner:
         # Live requests that asked for prompt logprobs (most steps have none).
         self._plp_requests: set[str] = set()
         self.graphs: DecodeGraphs | None = None
+        self.mixed_graphs: MixedGraphs | None = None
         self.kv_caches: list[torch.Tensor] = []
         self.pool: torch.Tensor | None = None  # hybrid models: the shared block pool
         self.zeroer: BlockZeroer | None = None
@@ -263,6 +265,21 @@ class ModelRunner:
             upcast_logits=self.upcast_logits,
         )
         self.graphs.capture()
+        if self.layout is None:  # hybrid models' prefill needs per-step host metadata
+            sc = self.config.scheduler
+            self.mixed_graphs = MixedGraphs(
+                self.model,
+                self.table,
+                self.buffers,
+                self.model_state,
+                self.block_size,
+                self.max_model_len,
+                sc.max_num_seqs,
+                mixed_buckets(sc.max_num_batched_tokens, self.buffers.input_ids.numel()),
+                upcast_logits=self.upcast_logits,
+                pool=self.graphs.pool,
+            )
+            self.mixed_graphs.capture()
 
     # ---- one step ----------------------------------------------------------------------
     def _update_states(self, sched: SchedulerOutput) -> list[int]:
@@ -296,20 +313,26 @@ class ModelRunner:
         rids = list(sched.num_scheduled_tokens)
         counts = [sched.num_scheduled_tokens[r] for r in rids]
         plp_plan = self._prompt_logprob_plan(rids, counts)
-        padded = None
-        if (
-            self.graphs is not None
-            and sched.total_num_scheduled_tokens == len(rids)
-            and not plp_plan
-        ):
-            padded = self.graphs.padded_size(len(rids))
-        batch = gather_inputs(self.table, self.buffers, rids, counts, self.block_size, padded)
+        padded = mixed = None
+        total = sched.total_num_scheduled_tokens
+        if self.graphs is not None and not plp_plan:
+            if total == len(rids):
+                padded = self.graphs.padded_size(len(rids))
+            elif self.mixed_graphs is not None:
+                mixed = self.mixed_graphs.bucket(total, len(rids))
+        if mixed is not None:
+            batch = self.mixed_graphs.gather(rids, counts, mixed)
+        else:
+            batch = gather_inputs(self.table, self.buffers, rids, counts, self.block_size, padded)
         idx = batch.logits_indices
         sample_rows = [r for r, s in zip(batch.rows, batch.sample_mask, strict=True) if s]
         all_sample = len(idx) == batch.num_reqs
         prompt_lp = None
-        if padded is not None:
-            logits = self.graphs.run(batch)  # one row per request, in order
+        if padded is not None or mixed is not None:
+            graphs = self.graphs if mixed is None else self.mixed_graphs
+            logits = graphs.run(batch)  # one row per request, in order
+            if not idx:
+                return StepHandle([], [], None)  # prefill chunks only: nothing to sample
             if not all_sample:
                 logits = logits[
                     self._to_device([i for i, s in enumerate(batch.sample_mask) if s]).long()

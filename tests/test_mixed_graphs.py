@@ -1,0 +1,120 @@
+"""The CUDA-graph path for small mixed steps (prefill chunks beside decodes), run on CPU
+without capturing.
+
+MixedGraphs(cuda_graphs=False) builds each token bucket's metadata once, as a capture does,
+and every "replay" runs the model on those objects; only the persistent buffers are refreshed
+per step, so an input that is not refreshed in place gives wrong tokens here as it would on
+the GPU. Attention runs the Triton kernels (the interpreter), the backend graphs capture.
+HF transformers is the reference.
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_correctness_hf import check_against_hf, encode, hf_reference
+
+from strixlm.engine.request import SamplingParams
+from strixlm.entrypoints.llm import LLM
+from strixlm.worker.cuda_graphs import DecodeGraphs, capture_sizes
+from strixlm.worker.input_batch import InputBuffers, gather_inputs
+from strixlm.worker.mixed_graphs import MixedGraphs, mixed_buckets
+from strixlm.worker.states import RequestStateTable
+
+MAX_NUM_SEQS = 4
+BUDGET = 32  # tokens per step: long prompts are chunked beside running decodes
+MAX_TOKENS = 8
+
+
+def make_llm(folder: str, graphs: bool) -> LLM:
+    llm = LLM(
+        folder,
+        device="cpu",
+        dtype="float32",
+        max_model_len=256,
+        attention_backend="triton",
+        max_num_seqs=MAX_NUM_SEQS,
+        max_num_batched_tokens=BUDGET,
+        enable_prefix_caching=False,
+    )
+    if graphs:
+        r = llm.engine.core.runner
+        r.graphs = DecodeGraphs(
+            r.model,
+            r.table,
+            r.buffers,
+            r.model_state,
+            r.block_size,
+            r.max_model_len,
+            capture_sizes(MAX_NUM_SEQS),
+            cuda_graphs=False,
+        )
+        r.graphs.capture()
+        r.mixed_graphs = MixedGraphs(
+            r.model,
+            r.table,
+            r.buffers,
+            r.model_state,
+            r.block_size,
+            r.max_model_len,
+            MAX_NUM_SEQS,
+            [16, 32],
+            cuda_graphs=False,
+        )
+        r.mixed_graphs.capture()
+    return llm
+
+
+@pytest.fixture(scope="module")
+def qwen3(tiny_qwen3_dir):
+    prompts = encode(tiny_qwen3_dir)
+    return tiny_qwen3_dir, prompts, hf_reference(tiny_qwen3_dir, prompts, MAX_TOKENS)
+
+
+def test_mixed_steps_through_graph_path_match_eager_and_hf(qwen3):
+    folder, prompts, refs = qwen3
+    params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True, logprobs=5)
+    llm = make_llm(folder, graphs=True)
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    runner = llm.engine.core.runner
+    assert runner.mixed_graphs.num_replays > 0, "no mixed step took the graph path"
+    assert runner.graphs.num_replays > 0
+    check_against_hf(outs, refs)
+    eager = make_llm(folder, graphs=False).generate(prompts, params, use_tqdm=False)
+    for o, e in zip(outs, eager, strict=True):
+        assert o.outputs[0].token_ids == e.outputs[0].token_ids
+        for a, b in zip(o.outputs[0].logprobs, e.outputs[0].logprobs, strict=True):
+            assert abs(a.logprob - b.logprob) < 1e-4
+
+
+def test_bucket_choice():
+    g = MixedGraphs.__new__(MixedGraphs)
+    g.buckets, g.max_num_seqs = [32, 64, 128], 48
+    assert g.bucket(20, 3) == 32
+    assert g.bucket(33, 3) == 64
+    assert g.bucket(64, 49) is None  # more requests than the bucket's rows
+    assert g.bucket(100, 48) == 128
+    assert g.bucket(129, 1) is None  # past the largest bucket: eager
+    assert mixed_buckets(8192, 8192) == [32, 64, 128, 256, 512]
+    assert mixed_buckets(100, 8192) == [32, 64]
+
+
+def test_token_padding_writes_no_cache_slots():
+    """Padded rows are zero-length sequences; padded tokens map to slot -1 (stale slots in
+    the persistent buffer would otherwise overwrite real cache entries)."""
+    table = RequestStateTable(4, 64, 8, 1, "cpu")
+    bufs = InputBuffers(32, 4, "cpu")
+    bufs.slot_mapping.fill_(7)  # stale values from an earlier step
+    from strixlm.engine.request import Request
+
+    req = Request("a", list(range(10)), SamplingParams(max_tokens=4))
+    row = table.add(req, [[1, 2]], 0)
+    table.flush([row])
+    batch = gather_inputs(table, bufs, ["a"], [10], 8, num_reqs_padded=4, num_tokens_padded=16)
+    assert batch.num_tokens_padded == 16 and batch.num_reqs == 1
+    assert batch.query_start_loc.tolist() == [0, 10, 10, 10, 10]
+    slots = batch.slot_mapping.tolist()
+    assert slots[:10] == [8 + i for i in range(8)] + [16, 17]
+    assert slots[10:] == [-1] * 6
+    assert batch.seq_lens_dev[0].item() == 10
+    with pytest.raises(ValueError, match="do not fit"):
+        gather_inputs(table, bufs, ["a"], [20], 8, num_reqs_padded=4, num_tokens_padded=16)
