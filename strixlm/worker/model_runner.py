@@ -279,7 +279,11 @@ class ModelRunner:
                 upcast_logits=self.upcast_logits,
                 pool=self.graphs.pool,
             )
-            self.mixed_graphs.capture()
+            try:
+                self.mixed_graphs.capture()
+            except (RuntimeError, torch.OutOfMemoryError) as e:  # an optimization: degrade
+                logger.warning("mixed-step CUDA graphs not captured (%s): eager instead", e)
+                self.mixed_graphs = None
 
     # ---- one step ----------------------------------------------------------------------
     def _update_states(self, sched: SchedulerOutput) -> list[int]:
