@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from strixlm.kernels.gated_rmsnorm import gated_rmsnorm, gated_rmsnorm_ref
 from strixlm.kernels.mamba import (
     SSDChunks,
     causal_conv1d_update,
@@ -26,6 +26,7 @@ from strixlm.kernels.mamba import (
 )
 from strixlm.layers.attention.metadata import AttentionMetadata
 from strixlm.layers.linear import Linear
+from strixlm.layers.norm import _use_triton
 
 
 @dataclass
@@ -70,11 +71,10 @@ class GatedGroupRMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        h = x.float() * F.silu(z.float())
-        g = h.view(*h.shape[:-1], -1, self.group_size)
-        g = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * g.view(h.shape).to(dtype)
+        # One Triton launch on CUDA; the torch reference (HF's numerics) elsewhere.
+        if _use_triton(x) and x.dim() == 2 and x.stride(1) == 1 and z.stride(1) == 1:
+            return gated_rmsnorm(x, z, self.weight, self.group_size, self.eps)
+        return gated_rmsnorm_ref(x, z, self.weight, self.group_size, self.eps)
 
 
 @dataclass(frozen=True)
@@ -118,6 +118,19 @@ class Mamba2Mixer(nn.Module):
         self.conv_states: torch.Tensor | None = None  # [num_blocks, conv_dim, width - 1]
         self.ssm_states: torch.Tensor | None = None  # [num_blocks, heads, head_dim, state]
         self.state_group = 0  # row of MambaMetadata.state_indices this layer reads
+        self._a: tuple[int, torch.Tensor] | None = None  # (A_log version, -exp(A_log))
+
+    def _decay(self) -> torch.Tensor:
+        """A = -exp(A_log) in fp32, computed once per value of A_log (three small kernels
+        per layer and step otherwise); a weight load bumps the parameter's version."""
+        version = self.A_log._version
+        if self._a is None or self._a[1].device != self.A_log.device:
+            self._a = (version, -torch.exp(self.A_log.detach().float()))
+        elif self._a[0] != version:
+            # In place: a captured CUDA graph keeps reading this tensor.
+            self._a[1].copy_(-torch.exp(self.A_log.detach().float()))
+            self._a = (version, self._a[1])
+        return self._a[1]
 
     def forward(self, hidden: torch.Tensor, md: MambaMetadata) -> torch.Tensor:
         d = self.dims
@@ -145,7 +158,7 @@ class Mamba2Mixer(nn.Module):
         x = x.reshape(t, heads, d.head_dim)
         b = b.reshape(t, d.n_groups, d.state_size)
         c = c.reshape(t, d.n_groups, d.state_size)
-        a = -torch.exp(self.A_log.float())
+        a = self._decay()
         if md.is_decode:
             y = selective_state_update(
                 self.ssm_states, x, dt, a, b, c, self.D, self.dt_bias, slots, True, d.dt_limit
