@@ -106,12 +106,20 @@ def check_vs_hf() -> None:
                     outs = llm.generate(prompts, params, use_tqdm=False)
                     got = [o.outputs[0].token_ids for o in outs]
                     rate, exact = match_rate(got, ref)
+                    runner = llm.engine.core.runner
+                    # Chunked prefill under the 512-token budget gives mixed steps: with
+                    # graphs on, those of <= 512 tokens replay the mixed-step graphs.
+                    mixed = runner.mixed_graphs.num_replays if runner.mixed_graphs else 0
                     RESULTS[key] = {
                         "token_match": rate,
                         "exact_sequences": exact,
                         "num_sequences": len(prompts),
+                        "mixed_graph_replays": mixed,
                     }
-                    print(f"{key:28s} token match {rate:.4f}, exact {exact}/{len(prompts)}")
+                    print(
+                        f"{key:28s} token match {rate:.4f}, exact {exact}/{len(prompts)}, "
+                        f"mixed-step graph replays {mixed}"
+                    )
                     del llm
                     torch.cuda.empty_cache()
                 except Exception:
