@@ -7,6 +7,8 @@ with strixlm.kernels.fused_moe (Triton on CUDA, the torch reference elsewhere).
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 
 import torch
@@ -23,14 +25,41 @@ __all__ = [
 ]
 
 # ---- routing ---------------------------------------------------------------------------
+# On CUDA the routing runs as one Triton launch (strixlm.kernels.moe_routing); the torch code
+# below is the reference and runs elsewhere. use_triton=True forces the kernel (tests run it
+# on CPU under TRITON_INTERPRET=1), False forces torch, None picks.
+
+_HAS_TRITON = importlib.util.find_spec("triton") is not None
+# The kernel's limits (strixlm.kernels.moe_routing: MAX_EXPERTS, MAX_TOP_K, logit dtypes);
+# past them the automatic choice keeps torch.
+_TRITON_MAX_EXPERTS, _TRITON_MAX_TOP_K = 1024, 16
+_TRITON_LOGIT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _use_triton(router_logits: torch.Tensor, top_k: int, use_triton: bool | None) -> bool:
+    if use_triton is not None:
+        return use_triton
+    return (
+        router_logits.is_cuda
+        and _HAS_TRITON
+        and os.environ.get("STRIXLM_DISABLE_TRITON", "0") == "0"
+        and router_logits.dtype in _TRITON_LOGIT_DTYPES
+        and router_logits.shape[1] <= _TRITON_MAX_EXPERTS
+        and top_k <= _TRITON_MAX_TOP_K
+    )
 
 
 def select_experts_softmax(
-    router_logits: torch.Tensor, top_k: int, renormalize: bool
+    router_logits: torch.Tensor, top_k: int, renormalize: bool, *, use_triton: bool | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Qwen-MoE / Mixtral routing: softmax over all experts in fp32, keep the top k, and
     (norm_topk_prob) rescale the kept probabilities to sum to one."""
     _check_top_k(router_logits, top_k)
+    if _use_triton(router_logits, top_k, use_triton):
+        # Imported here so CPU-only runs never import triton.
+        from strixlm.kernels.moe_routing import route_softmax
+
+        return route_softmax(router_logits, top_k, renormalize)
     probs = torch.softmax(router_logits.float(), dim=-1)
     weights, ids = torch.topk(probs, top_k, dim=-1)
     if renormalize:
@@ -46,6 +75,8 @@ def select_experts_sigmoid_bias(
     topk_group: int = 1,
     renormalize: bool = True,
     routed_scaling_factor: float = 1.0,
+    *,
+    use_triton: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """DeepSeek-V3 / NemotronH routing (HF's NemotronHTopkRouter semantics).
 
@@ -54,9 +85,15 @@ def select_experts_sigmoid_bias(
     With n_group > 1 the experts form n_group equal groups, each group is ranked by the sum
     of its two best biased scores, and only experts of the best topk_group groups compete.
     The chosen weights are renormalized to sum to one (if asked), then scaled by
-    routed_scaling_factor.
+    routed_scaling_factor. The grouped variant (n_group > 1) always runs in torch.
     """
     _check_top_k(router_logits, top_k)
+    if n_group == 1 and _use_triton(router_logits, top_k, use_triton):
+        from strixlm.kernels.moe_routing import route_sigmoid_bias
+
+        return route_sigmoid_bias(
+            router_logits, e_score_correction_bias, top_k, renormalize, routed_scaling_factor
+        )
     num_tokens, num_experts = router_logits.shape
     scores = torch.sigmoid(router_logits.float())
     choice = scores if e_score_correction_bias is None else scores + e_score_correction_bias
