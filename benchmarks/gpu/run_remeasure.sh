@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Re-measure after the session-3 changes (mixed-step graphs, fused q/k norm + rotary, fused
+# MoE routing, gated RMSNorm kernel, bf16 logits to the sampler), in two device calls:
+#   bash benchmarks/gpu/run_remeasure.sh checks qwen     (~8 min)
+#   bash benchmarks/gpu/run_remeasure.sh nano            (~4 min)
+# Sections:
+#   checks  the new kernels against torch at real shapes (check_glue_kernels.py); tiny Qwen3 /
+#           Llama on CUDA against HF with mixed-step graph replays, and Qwen3-0.6B batch-1
+#           latency eager vs graphs (check_e2e.py)
+#   qwen    the standard workload twice (the first warms Triton's cache), traced; then the
+#           online benchmark (500 x 512/128, burst)
+#   nano    Nemotron 3 Nano batch-1 latency (target 4 ms) and the standard workload
+# Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl 2>/dev/null && export PYTHONPATH=$PWD:/tmp/site
+else
+  export PYTHONPATH=$PWD
+fi
+SECTIONS=${*:-checks qwen}
+has() { [[ " $SECTIONS " == *" $1 "* ]]; }
+run() {  # name, time limit (s), command...
+  local name=$1 limit=$2; shift 2
+  echo "=== $name"; local t0=$SECONDS
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+  grep -v -i -E "warn|it/s\]|^\s*$" "$OUT/$name.log" | tail -n 30
+  echo "--- $name: exit $rc after $((SECONDS - t0))s"
+}
+TP="python -m strixlm.benchmarks.throughput --dtype bfloat16 --device cuda --no-tqdm"
+if has checks; then
+  run glue 90 python benchmarks/gpu/check_glue_kernels.py
+  run e2e 240 python benchmarks/gpu/check_e2e.py
+fi
+if has qwen; then
+  run tp_warm 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_warm.json"
+  STRIXLM_STEP_TRACE=/tmp/trace.csv run tp 100 $TP --model qwen3-0.6b --output-json "$OUT/tp.json"
+  python benchmarks/gpu/summarize_trace.py /tmp/trace.csv | head -16
+  bash benchmarks/gpu/run_issue3.sh serve 2>&1 | grep -v -i warn | tail -24
+fi
+if has nano; then
+  run nano_latency 150 python benchmarks/gpu/bench_nemotron.py --sections latency
+  run nano_tp 130 $TP --model nemotron-3-nano-30b-a3b --output-json "$OUT/nano_tp.json"
+fi
