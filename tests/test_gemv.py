@@ -30,6 +30,29 @@ def test_gemv_fp16_and_strided_rows():
     torch.testing.assert_close(out.float(), gk.gemv_ref(x, w, None).float(), rtol=2e-3, atol=2e-3)
 
 
+@pytest.mark.parametrize("m", [1, 3])
+def test_gemv_relu2_epilogue(m):
+    """relu(y)^2 in the store, each step rounded to bf16 like torch.square(relu(linear))."""
+    g = torch.Generator().manual_seed(m)
+    x = torch.randn(m, 64, generator=g).bfloat16()
+    w = torch.randn(40, 64, generator=g).bfloat16()
+    out = gk.gemv(x, w, block_k=32, relu2=True)
+    ref = gk.gemv_ref(x, w, None, relu2=True)
+    assert (ref == 0).any() and (ref > 0).any()  # both sides of the relu are exercised
+    torch.testing.assert_close(out.float(), ref.float(), rtol=2e-2, atol=1e-2)
+    assert ((out == 0) == (ref == 0)).float().mean() > 0.95
+
+
+def test_gemv_fp32_output_from_bf16_rows_and_fp32_weight():
+    """The MoE router: bf16 activations, fp32 weight, fp32 logits (x upcast exactly)."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 96, generator=g).bfloat16()
+    w = torch.randn(24, 96, generator=g)
+    out = gk.gemv(x, w, block_k=32, out_dtype=torch.float32)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, x.float() @ w.t(), rtol=1e-5, atol=1e-5)
+
+
 def test_gemv_rejects_too_many_rows():
     with pytest.raises(AssertionError):
         gk.gemv(torch.randn(gk.MAX_ROWS + 1, 16), torch.randn(8, 16))
@@ -47,7 +70,7 @@ from strixlm.kernels import gemv as gk
 sig = dict(out_ptr="*bf16", x_ptr="*bf16", w_ptr="*bf16", b_ptr="*bf16", N="i32", K="i32",
            stride_xm="i32", stride_wn="i32", stride_om="i32")
 for m in (1, 3, 8):
-    consts = dict(M=m, HAS_BIAS=m == 3, BLOCK_N=16, BLOCK_K=512, EVEN_K=m != 8)
+    consts = dict(M=m, HAS_BIAS=m == 3, BLOCK_N=16, BLOCK_K=512, EVEN_K=m != 8, RELU2=m == 1)
     src = ASTSource(gk._gemv_kernel, {**sig, **{k: "constexpr" for k in consts}}, consts)
     triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
 print("compiled")

@@ -90,6 +90,29 @@ def check_moe_routing() -> int:
     return fails
 
 
+def check_gemv_epilogues() -> int:
+    """Nano's shared expert up-projection with relu^2 in the store, and its fp32 router."""
+    from strixlm.kernels.gemv import gemv, gemv_ref
+
+    fails = 0
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for m in (1, 4):
+        x = torch.randn(m, 2688, device="cuda", generator=g).bfloat16()
+        w = (0.02 * torch.randn(3712, 2688, device="cuda", generator=g)).bfloat16()
+        got, ref = gemv(x, w, relu2=True), gemv_ref(x, w, None, relu2=True)
+        err = ((got.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
+        wr = torch.randn(128, 2688, device="cuda", generator=g)
+        lg, lr = gemv(x, wr, out_dtype=torch.float32), x.float() @ wr.t()
+        err_r = ((lg - lr).abs().max() / lr.abs().max()).item()
+        ok = err <= 2e-2 and err_r <= 1e-5
+        fails += not ok
+        print(
+            f"{'PASS' if ok else 'FAIL'} gemv M={m}: relu2 rel err {err:.1e}, fp32 router rel "
+            f"err {err_r:.1e}; relu2 {us(lambda: gemv(x, w, relu2=True)):.1f} us"  # noqa: B023
+        )
+    return fails
+
+
 def main() -> int:
     dev, hq, hkv, d = "cuda", 16, 8, 128
     rot = RotaryEmbedding(d, 40960, 1e6).to(dev)
@@ -122,7 +145,7 @@ def main() -> int:
                 f"{'PASS' if ok else 'FAIL'} {dtype} T={t}: max rel err {max(errs):.2e}, "
                 f"{100 * same:.2f}% bit-identical"
             )
-    fails += check_gated_rmsnorm() + check_moe_routing()
+    fails += check_gated_rmsnorm() + check_moe_routing() + check_gemv_epilogues()
     if fails == 0:
         print("ALL PASS")
     return 1 if fails else 0

@@ -22,12 +22,20 @@ if HAS_TRITON:
 MAX_ROWS = 8
 
 
-def gemv_ref(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """x [M, K] @ weight[N, K].T (+ bias), accumulated in fp32."""
+def gemv_ref(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    out_dtype: torch.dtype | None = None,
+    relu2: bool = False,
+) -> torch.Tensor:
+    """x [M, K] @ weight[N, K].T (+ bias), accumulated in fp32, in out_dtype (x's dtype by
+    default); relu2: then relu(y)^2, each step rounded to out_dtype as torch does it."""
     out = x.float() @ weight.float().t()
     if bias is not None:
         out = out + bias.float()
-    return out.to(x.dtype)
+    out = out.to(out_dtype or x.dtype)
+    return torch.square(torch.relu(out)) if relu2 else out
 
 
 if HAS_TRITON:
@@ -48,6 +56,7 @@ if HAS_TRITON:
         BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr,
         EVEN_K: tl.constexpr,
+        RELU2: tl.constexpr,
     ):
         pid = tl.program_id(0)
         offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -94,21 +103,30 @@ if HAS_TRITON:
         else:
             bias = tl.zeros([BLOCK_N], dtype=tl.float32)
         ty = out_ptr.dtype.element_ty
-        tl.store(out_ptr + offs_n, (acc0 + bias).to(ty), mask=n_ok)
+        tl.store(out_ptr + offs_n, _epilogue(acc0 + bias, ty, RELU2), mask=n_ok)
         if M > 1:
-            tl.store(out_ptr + stride_om + offs_n, (acc1 + bias).to(ty), mask=n_ok)
+            tl.store(out_ptr + stride_om + offs_n, _epilogue(acc1 + bias, ty, RELU2), mask=n_ok)
         if M > 2:
-            tl.store(out_ptr + 2 * stride_om + offs_n, (acc2 + bias).to(ty), mask=n_ok)
+            tl.store(out_ptr + 2 * stride_om + offs_n, _epilogue(acc2 + bias, ty, RELU2), mask=n_ok)
         if M > 3:
-            tl.store(out_ptr + 3 * stride_om + offs_n, (acc3 + bias).to(ty), mask=n_ok)
+            tl.store(out_ptr + 3 * stride_om + offs_n, _epilogue(acc3 + bias, ty, RELU2), mask=n_ok)
         if M > 4:
-            tl.store(out_ptr + 4 * stride_om + offs_n, (acc4 + bias).to(ty), mask=n_ok)
+            tl.store(out_ptr + 4 * stride_om + offs_n, _epilogue(acc4 + bias, ty, RELU2), mask=n_ok)
         if M > 5:
-            tl.store(out_ptr + 5 * stride_om + offs_n, (acc5 + bias).to(ty), mask=n_ok)
+            tl.store(out_ptr + 5 * stride_om + offs_n, _epilogue(acc5 + bias, ty, RELU2), mask=n_ok)
         if M > 6:
-            tl.store(out_ptr + 6 * stride_om + offs_n, (acc6 + bias).to(ty), mask=n_ok)
+            tl.store(out_ptr + 6 * stride_om + offs_n, _epilogue(acc6 + bias, ty, RELU2), mask=n_ok)
         if M > 7:
-            tl.store(out_ptr + 7 * stride_om + offs_n, (acc7 + bias).to(ty), mask=n_ok)
+            tl.store(out_ptr + 7 * stride_om + offs_n, _epilogue(acc7 + bias, ty, RELU2), mask=n_ok)
+
+    @triton.jit
+    def _epilogue(acc, ty, RELU2: tl.constexpr):
+        # Rounded to the output dtype first, as the separate torch ops would see it.
+        y = acc.to(ty)
+        if RELU2:
+            r = tl.where(y > 0, y, 0.0).to(tl.float32)
+            y = (r * r).to(ty)
+        return y
 
     @triton.jit
     def _row(x_ptr, m: tl.constexpr, stride_xm, kk, K, EVEN_K: tl.constexpr):
@@ -123,8 +141,12 @@ def gemv(
     bias: torch.Tensor | None = None,
     block_n: int | None = None,
     block_k: int = 512,
+    *,
+    out_dtype: torch.dtype | None = None,
+    relu2: bool = False,
 ) -> torch.Tensor:
-    """x [M <= MAX_ROWS, K] @ weight[N, K].T (+ bias) -> [M, N] in x's dtype."""
+    """x [M <= MAX_ROWS, K] @ weight[N, K].T (+ bias) -> [M, N] in out_dtype (x's dtype by
+    default), optionally followed by relu(y)^2 in the same launch."""
     if block_n is None:
         # Enough programs to cover every SM about twice (narrow outputs get narrower blocks).
         block_n = 16
@@ -134,7 +156,7 @@ def gemv(
     n, k2 = weight.shape
     assert k == k2 and 1 <= m <= MAX_ROWS, (x.shape, weight.shape)
     assert x.stride(1) == 1 and weight.stride(1) == 1
-    out = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    out = torch.empty((m, n), dtype=out_dtype or x.dtype, device=x.device)
     block_k = min(block_k, triton.next_power_of_2(k))
     _gemv_kernel[(triton.cdiv(n, block_n),)](
         out,
@@ -151,6 +173,7 @@ def gemv(
         BLOCK_N=block_n,
         BLOCK_K=block_k,
         EVEN_K=k % block_k == 0,
+        RELU2=relu2,
         num_warps=4,
     )
     return out

@@ -14,12 +14,11 @@ import math
 from collections.abc import Iterable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from strixlm.layers.attention.backend import AttentionBackend
 from strixlm.layers.attention.metadata import AttentionMetadata
-from strixlm.layers.linear import Linear
+from strixlm.layers.linear import Linear, fp32_linear
 from strixlm.layers.mamba2 import HybridMetadata, Mamba2Dims, Mamba2Mixer
 from strixlm.layers.moe import FusedMoE, parse_expert_weight_name, select_experts_sigmoid_bias
 from strixlm.layers.norm import RMSNorm
@@ -88,10 +87,6 @@ def mamba_dims(cfg) -> Mamba2Dims:
     )
 
 
-def relu2(x: torch.Tensor) -> torch.Tensor:
-    return torch.square(F.relu(x))
-
-
 class NemotronHAttention(nn.Module):
     """Grouped-query attention with no positional embedding (the Mamba layers carry order)."""
 
@@ -131,7 +126,7 @@ class NemotronHMLP(nn.Module):
         self.down_proj = Linear(inter, hidden, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(relu2(self.up_proj(x)))
+        return self.down_proj(self.up_proj.forward_relu2(x))
 
 
 class NemotronHMoE(nn.Module):
@@ -160,7 +155,7 @@ class NemotronHMoE(nn.Module):
             self.fc2_latent_proj = Linear(self.latent, hidden, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        logits = F.linear(x.float(), self.gate_weight.float())
+        logits = fp32_linear(x, self.gate_weight)
         weights, ids = select_experts_sigmoid_bias(
             logits,
             self.e_score_correction_bias,
