@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from scripted_model import MATH, SCRIPTS, scripted_model_dir
 
+from strixlm.engine.processor import InvalidRequestError
 from strixlm.engine.request import SamplingParams
 from strixlm.engine.thinking_budget import ReasoningMarkers, ThinkingBudgetTracker
 from strixlm.entrypoints.llm import LLM
@@ -184,3 +185,20 @@ def test_preemption_replays_the_budget_state(model_dir, sampled, monkeypatch):
     assert run(tight, sampled["ids"], [sampled["sp"]]) == [sampled["first"]]
     assert tight.engine.core.scheduler.num_preemptions > 0
     assert any(forced >= 0 for _, forced in resumed), resumed
+
+
+@pytest.mark.parametrize("parser", ["nemotron_v3", "qwen3"])
+def test_chat_fills_the_markers_from_a_reasoning_parser(llm, tok, parser):
+    """LLM.chat(..., reasoning_parser=...) reads the conversation as the server does and
+    gives the same tokens as generate with markers built by hand; without a parser the
+    budget is refused with a message that says what is missing."""
+    text, ids = prompt_of(tok)
+    by_hand = run(llm, ids, [greedy(3, markers(tok, parser, text))])[0][0]
+    outs = llm.chat(MATH, greedy(3, None), use_tqdm=False, reasoning_parser=parser)
+    assert outs[0].outputs[0].token_ids == by_hand
+    natural = run(llm, ids, [greedy(None, None)])[0][0]
+    assert by_hand != natural  # the budget did cut the reasoning
+    with pytest.raises(InvalidRequestError, match="reasoning_markers"):
+        llm.chat(MATH, greedy(3, None), use_tqdm=False)
+    with pytest.raises(ValueError, match="unknown reasoning parser"):
+        llm.chat(MATH, greedy(3, None), use_tqdm=False, reasoning_parser="nope")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from tqdm import tqdm
@@ -61,20 +62,46 @@ class LLM:
     def chat(
         self,
         messages: list[dict] | list[list[dict]],
-        sampling_params: SamplingParams | None = None,
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         use_tqdm: bool = True,
         chat_template_kwargs: dict | None = None,
+        reasoning_parser: str | None = None,
     ) -> list[RequestOutput]:
+        """Chat-templated generation. With reasoning_parser (deepseek_r1, qwen3,
+        nemotron_v3), a `thinking_token_budget` in the sampling params gets the model's
+        reasoning markers filled in, read per conversation as the server does."""
         convs = [messages] if messages and isinstance(messages[0], dict) else messages
         tok = self.engine.tokenizer
+        kwargs = chat_template_kwargs or {}
         prompts = [
-            tok.apply_chat_template(
-                c, tokenize=False, add_generation_prompt=True, **(chat_template_kwargs or {})
-            )
+            tok.apply_chat_template(c, tokenize=False, add_generation_prompt=True, **kwargs)
             for c in convs
         ]
         token_lists = [tok.encode(p, add_special_tokens=False) for p in prompts]
-        return self.generate(token_lists, sampling_params, use_tqdm)
+        params = sampling_params or SamplingParams()
+        if isinstance(params, SamplingParams):
+            params = [params] * len(prompts)
+        if reasoning_parser is not None:
+            params = self._with_reasoning_markers(params, prompts, reasoning_parser, kwargs)
+        return self.generate(token_lists, params, use_tqdm)
+
+    def _with_reasoning_markers(
+        self, params: Sequence[SamplingParams], prompts: list[str], parser: str, kwargs: dict
+    ) -> list[SamplingParams]:
+        from strixlm.engine.thinking_budget import ReasoningMarkers
+        from strixlm.parsers.reasoning import get_reasoning_parser
+
+        cls = get_reasoning_parser(parser)  # raises on an unknown name
+        base = None
+        out = []
+        for sp, text in zip(params, prompts, strict=True):
+            if sp.thinking_token_budget is not None and sp.reasoning_markers is None:
+                if base is None:
+                    base = ReasoningMarkers.from_parser(self.engine.tokenizer, cls)
+                starts = cls.starts_in_reasoning(text, kwargs)
+                sp = dataclasses.replace(sp, reasoning_markers=base.for_prompt(starts))
+            out.append(sp)
+        return out
 
     def _run(self, ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
         done: dict[str, RequestOutput] = {}
