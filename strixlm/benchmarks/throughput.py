@@ -357,7 +357,9 @@ def run(args: argparse.Namespace) -> dict:
     longest = args.input_len_range[1] + args.output_len_range[1]
     if limit and longest > limit:
         raise ValueError(f"input + output up to {longest} tokens exceeds the model's {limit}")
-    warm = warmup_workload(hf_config.vocab_size, avoid, args.seed)
+    warm = warmup_workload(
+        hf_config.vocab_size, avoid, args.seed, n=8, input_len_range=tuple(args.input_len_range)
+    )
 
     result: dict = {
         "benchmark": "throughput",
