@@ -37,6 +37,8 @@ if has qwen; then
   run tp_warm 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_warm.json"
   STRIXLM_STEP_TRACE=/tmp/trace.csv run tp 100 $TP --model qwen3-0.6b --output-json "$OUT/tp.json"
   python benchmarks/gpu/summarize_trace.py /tmp/trace.csv | head -16
+  STRIXLM_DISABLE_MIXED_GRAPHS=1 run tp_nomixed 100 $TP --model qwen3-0.6b \
+    --output-json "$OUT/tp_nomixed.json"  # A/B: mixed steps eager
   bash benchmarks/gpu/run_issue3.sh serve 2>&1 | grep -v -i warn | tail -24
 fi
 if has nano; then

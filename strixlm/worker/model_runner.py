@@ -9,6 +9,7 @@ graphs) builds on the same shape.
 from __future__ import annotations
 
 import logging
+import os
 
 import numpy as np
 import torch
@@ -265,7 +266,8 @@ class ModelRunner:
             upcast_logits=self.upcast_logits,
         )
         self.graphs.capture()
-        if self.layout is None:  # hybrid models' prefill needs per-step host metadata
+        # Hybrid models' prefill needs per-step host metadata; the env knob is for A/B runs.
+        if self.layout is None and os.environ.get("STRIXLM_DISABLE_MIXED_GRAPHS", "0") != "1":
             sc = self.config.scheduler
             self.mixed_graphs = MixedGraphs(
                 self.model,
