@@ -6,7 +6,7 @@
 # Sections:
 #   checks  the new kernels against torch at real shapes (check_glue_kernels.py); tiny Qwen3 /
 #           Llama on CUDA against HF with mixed-step graph replays, and Qwen3-0.6B batch-1
-#           latency eager vs graphs (check_e2e.py)
+#           latency eager vs graphs (check_e2e.py); host syncs per step (check_syncs.py)
 #   qwen    the standard workload twice (the first warms Triton's cache), traced; then the
 #           online benchmark (500 x 512/128, burst)
 #   nano    Nemotron 3 Nano batch-1 latency (target 4 ms) and the standard workload
@@ -32,6 +32,7 @@ TP="python -m strixlm.benchmarks.throughput --dtype bfloat16 --device cuda --no-
 if has checks; then
   run glue 90 python benchmarks/gpu/check_glue_kernels.py
   run e2e 240 python benchmarks/gpu/check_e2e.py
+  run syncs 120 python benchmarks/gpu/check_syncs.py  # the ramp's mixed steps now replay graphs
 fi
 if has qwen; then
   run tp_warm 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_warm.json"
