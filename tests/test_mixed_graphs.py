@@ -116,5 +116,21 @@ def test_token_padding_writes_no_cache_slots():
     assert slots[:10] == [8 + i for i in range(8)] + [16, 17]
     assert slots[10:] == [-1] * 6
     assert batch.seq_lens_dev[0].item() == 10
+    assert batch.seq_order.tolist() == [0, 1, 2, 3]  # the one real row, then the padding
     with pytest.raises(ValueError, match="do not fit"):
         gather_inputs(table, bufs, ["a"], [20], 8, num_reqs_padded=4, num_tokens_padded=16)
+
+
+def test_seq_order_is_longest_context_first():
+    table = RequestStateTable(4, 64, 8, 1, "cpu")
+    bufs = InputBuffers(32, 4, "cpu")
+    from strixlm.engine.request import Request
+
+    rows = []
+    for rid, n in (("a", 5), ("b", 20), ("c", 9)):
+        req = Request(rid, list(range(n)), SamplingParams(max_tokens=4))
+        rows.append(table.add(req, [[1, 2, 3]], n - 1))  # all but the last prompt token done
+    table.flush(rows)
+    batch = gather_inputs(table, bufs, ["a", "b", "c"], [1, 1, 1], 8, num_reqs_padded=4)
+    assert batch.seq_lens == [5, 20, 9]
+    assert batch.seq_order.tolist() == [1, 2, 0, 3]  # b, c, a, then the padded row

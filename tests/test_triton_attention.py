@@ -304,6 +304,21 @@ def test_graph_padding(num_splits, rows):
     assert rel < 1e-5, (rel, mx)
 
 
+@pytest.mark.parametrize("num_splits", [1, 2])
+def test_sequence_order_changes_nothing_but_scheduling(num_splits):
+    """The decode grid may take sequences in any order (longest first in the engine): same
+    output, bit for bit; padded zero-length rows may sit anywhere in the order."""
+    b = Batch(DECODE, 4, 2, 32, 4, torch.float32, seed=5, pad_tokens=2, pad_seqs=2)
+    b.md.max_query_len = 1
+    args = (b.q, b.kv_cache, b.md.query_start_loc, b.md.seq_lens, b.block_table, 0.2)
+    kw = dict(max_query_len=1, max_seq_len=max(b.seq_lens), num_splits=num_splits)
+    plain = pa.paged_attention(*args, **kw)
+    for order in ([5, 4, 3, 2, 1, 0], [3, 1, 4, 0, 2, 5]):
+        seq_order = torch.tensor(order, dtype=torch.int32)
+        got = pa.paged_attention(*args, **kw, seq_order=seq_order)
+        assert torch.equal(got[: b.t], plain[: b.t]), order
+
+
 def test_reference_matches_torch_backend():
     b = Batch(MIXED, 4, 2, 32, 4, torch.float32, seed=11)
     cache = b.kv_cache.clone()
@@ -356,20 +371,22 @@ def build(fn, sig, consts, warps, stages=1):
     opts = dict(num_warps=warps, num_stages=stages)
     triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
 
-def attn(dt, cache_dt, cfg):
+def attn(dt, cache_dt, cfg, seq_grid, has_order):
     sig = dict(out_ptr=f"*{dt}", q_ptr=f"*{dt}", k_cache_ptr=f"*{cache_dt}",
                v_cache_ptr=f"*{cache_dt}", block_table_ptr="*i32", seq_lens_ptr="*i32",
-               qsl_ptr="*i32", segm_acc_ptr="*fp32", segm_max_ptr="*fp32",
+               qsl_ptr="*i32", order_ptr="*i32", segm_acc_ptr="*fp32", segm_max_ptr="*fp32",
                segm_sum_ptr="*fp32", qk_scale="fp32", out_scale="fp32", num_seqs="i32")
     for n in ("qt", "qh", "ot", "oh", "cb", "cs", "ch", "bt"):
         sig["stride_" + n] = "i32"
     c = dict(NUM_Q_HEADS=16, G=2, HEAD_DIM=128, DIM_P=128, BLOCK_SIZE=16, TILE=cfg.tile,
              BLOCK_M=cfg.block_m, BLOCK_Q=cfg.block_m // 2, NUM_SEGS=cfg.num_splits,
-             SPLIT=cfg.num_splits > 1, IEEE=False, K_ROWS=cfg.k_rows)
+             SPLIT=cfg.num_splits > 1, IEEE=False, K_ROWS=cfg.k_rows, SEQ_GRID=seq_grid,
+             HAS_ORDER=has_order)
     build(pa._paged_attn_kernel, sig, c, cfg.num_warps, cfg.num_stages)
 
-attn("bf16", "fp8e4nv", pa.select_config(16, 8, 128, 1, 1, 8192, 132))
-attn("bf16", "bf16", pa.select_config(16, 8, 128, 1, 2048, 2048, 132))
+attn("bf16", "fp8e4nv", pa.select_config(16, 8, 128, 1, 1, 8192, 132), True, True)
+attn("bf16", "bf16", pa.select_config(16, 8, 128, 256, 1, 2048, 132), True, True)
+attn("bf16", "bf16", pa.select_config(16, 8, 128, 1, 2048, 2048, 132), False, False)
 sig = dict(out_ptr="*bf16", segm_acc_ptr="*fp32", segm_max_ptr="*fp32", segm_sum_ptr="*fp32",
            out_scale="fp32", stride_ot="i32", stride_oh="i32")
 c = dict(NUM_Q_HEADS=16, HEAD_DIM=128, DIM_P=128, NUM_SEGS=3, SEGS_P=4)

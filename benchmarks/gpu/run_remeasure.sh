@@ -33,6 +33,7 @@ if has checks; then
   run glue 90 python benchmarks/gpu/check_glue_kernels.py
   run e2e 240 python benchmarks/gpu/check_e2e.py
   run syncs 120 python benchmarks/gpu/check_syncs.py  # the ramp's mixed steps now replay graphs
+  run attn_order 90 python benchmarks/gpu/sweep_decode_attn.py --quick  # longest-first A/B
 fi
 if has qwen; then
   run tp_warm 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_warm.json"

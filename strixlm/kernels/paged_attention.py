@@ -234,6 +234,7 @@ if HAS_TRITON:
         block_table_ptr,
         seq_lens_ptr,
         qsl_ptr,
+        order_ptr,
         segm_acc_ptr,
         segm_max_ptr,
         segm_sum_ptr,
@@ -261,6 +262,7 @@ if HAS_TRITON:
         IEEE: tl.constexpr,
         K_ROWS: tl.constexpr,
         SEQ_GRID: tl.constexpr,
+        HAS_ORDER: tl.constexpr,
     ):
         kv_head = tl.program_id(1)
         seg = tl.program_id(2)
@@ -268,6 +270,8 @@ if HAS_TRITON:
             # Every sequence fits one query tile (decode, short verification): the program
             # index is the sequence, no search through query_start_loc.
             seq = tl.program_id(0)
+            if HAS_ORDER:  # longest contexts first: the grid's tail is the short ones
+                seq = tl.load(order_ptr + seq)
             q_start = tl.load(qsl_ptr + seq)
             q_len = tl.load(qsl_ptr + seq + 1) - q_start
             local = 0
@@ -406,6 +410,7 @@ def paged_attention(
     out: torch.Tensor | None = None,
     num_splits: int | None = None,
     config: AttnConfig | None = None,
+    seq_order: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal attention of q [T, Hq, D] over the paged cache; returns out [T, Hq, D].
 
@@ -414,6 +419,8 @@ def paged_attention(
     tensors. max_query_len / max_seq_len are host ints used only to pick the config (upper
     bounds are fine). num_splits: None = heuristic, 1 = never split, n > 1 = n segments.
     For an fp8 cache, k_scale / v_scale dequantize it (folded into the softmax / output).
+    seq_order [B] (a permutation of the sequences, longest first) only orders the programs
+    of the one-program-per-sequence grid; results do not depend on it.
     """
     t, hq, d = q.shape
     _, _, bs, hkv, dc = kv_cache.shape
@@ -452,6 +459,7 @@ def paged_attention(
         block_table,
         seq_lens,
         query_start_loc,
+        seq_order if seq_order is not None else seq_lens,  # unread without HAS_ORDER
         segm_acc,
         segm_max,
         segm_sum,
@@ -479,6 +487,7 @@ def paged_attention(
         IEEE=q.dtype == torch.float32,
         K_ROWS=cfg.k_rows,
         SEQ_GRID=seq_grid,
+        HAS_ORDER=seq_grid and seq_order is not None,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )

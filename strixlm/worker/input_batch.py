@@ -26,6 +26,7 @@ class InputBuffers:
         self.seq_lens = torch.zeros(max_reqs, dtype=torch.int32, device=device)
         self.query_start_loc = torch.zeros(max_reqs + 1, dtype=torch.int32, device=device)
         self.rows = torch.zeros(max_reqs, dtype=torch.int32, device=device)
+        self.seq_order = torch.zeros(max_reqs, dtype=torch.int32, device=device)
         self.device = device
         self.pin = device.startswith("cuda")
 
@@ -46,6 +47,9 @@ class InputBatch:
     seq_lens_dev: torch.Tensor
     query_start_loc: torch.Tensor
     rows_dev: torch.Tensor
+    # Batch rows longest context first, then the padded rows: attention starts the longest
+    # decode programs first, so the grid does not end on a long straggler.
+    seq_order: torch.Tensor
     # Rows whose last scheduled token is the last known token: they sample this step.
     sample_mask: list[bool]
 
@@ -83,14 +87,18 @@ def gather_inputs(
     pad_len = 0 if num_tokens_padded is not None else 1
     np.cumsum(num_scheduled + [pad_len] * pad, out=qsl[1:])
     rows_padded = rows + [table.dummy_row] * pad
-    # One host->device copy for both arrays.
-    host = torch.from_numpy(np.concatenate([np.asarray(rows_padded, np.int64), qsl]))
-    host = host.to(torch.int32)
+    start = table.num_computed_cpu[rows]
+    seq_lens_np = start + np.asarray(num_scheduled, dtype=start.dtype)
+    order = np.concatenate([np.argsort(-seq_lens_np, kind="stable"), np.arange(n, b_pad)])
+    # One host->device copy for the three arrays.
+    host = np.concatenate([np.asarray(rows_padded, np.int64), qsl, order.astype(np.int64)])
+    host = torch.from_numpy(host).to(torch.int32)
     if bufs.pin:
         host = host.pin_memory()
     dev = host.to(bufs.device, non_blocking=True)
     bufs.rows[:b_pad].copy_(dev[:b_pad])
-    bufs.query_start_loc[: b_pad + 1].copy_(dev[b_pad:])
+    bufs.query_start_loc[: b_pad + 1].copy_(dev[b_pad : 2 * b_pad + 1])
+    bufs.seq_order[:b_pad].copy_(dev[2 * b_pad + 1 :])
     t_pad = int(qsl[-1])
     if num_tokens_padded is not None:
         if num_tokens_padded < t_pad:
@@ -114,8 +122,7 @@ def gather_inputs(
     # Advance the device and host views of progress by what this step computes.
     counts_dev = bufs.query_start_loc[1 : n + 1] - bufs.query_start_loc[:n]
     table.num_computed.index_add_(0, rows_dev[:n].long(), counts_dev)
-    start = table.num_computed_cpu[rows]
-    seq_lens = (start + np.asarray(num_scheduled)).tolist()
+    seq_lens = seq_lens_np.tolist()
     table.num_computed_cpu[rows] = seq_lens
     num_tokens = table.num_tokens_cpu[rows].tolist()
     return InputBatch(
@@ -132,5 +139,6 @@ def gather_inputs(
         seq_lens_dev=bufs.seq_lens[:b_pad],
         query_start_loc=bufs.query_start_loc[: b_pad + 1],
         rows_dev=rows_dev,
+        seq_order=bufs.seq_order[:b_pad],
         sample_mask=[s >= t for s, t in zip(seq_lens, num_tokens, strict=True)],
     )

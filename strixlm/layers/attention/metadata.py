@@ -23,6 +23,9 @@ class AttentionMetadata:
     # Rows with a single query token (decodes), batched together by the torch backend.
     decode_rows: torch.Tensor | None = None  # [Bd] int64, device
     max_decode_seq_len: int = 0
+    # [B] int32, device: a permutation of the rows, longest context first. The Triton
+    # decode grid takes sequences in this order (scheduling only; results do not depend on it).
+    seq_order: torch.Tensor | None = None
 
     @property
     def is_pure_decode(self) -> bool:

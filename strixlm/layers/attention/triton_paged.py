@@ -66,4 +66,5 @@ class TritonPagedAttention(AttentionBackend):
             k_scale=self.k_scale,
             v_scale=self.v_scale,
             num_splits=self.num_splits,
+            seq_order=md.seq_order,
         )

@@ -54,4 +54,5 @@ class DefaultModelState(ModelState):
             max_seq_len=max_seq,
             decode_rows=self._to_device(decode) if decode else None,
             max_decode_seq_len=max((batch.seq_lens[i] for i in decode), default=0),
+            seq_order=batch.seq_order,
         )
