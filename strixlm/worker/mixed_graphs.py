@@ -1,4 +1,4 @@
-"""CUDA graphs for mixed steps of up to 2048 tokens (prefill chunks beside decodes).
+"""CUDA graphs for steps with prefill (prefill chunks beside decodes), by token count.
 
 A step of at most the largest bucket's tokens is padded to the next bucket T: its requests
 to B = min(T, max_num_seqs) rows (the extra rows are zero-length sequences on the dummy
@@ -31,10 +31,10 @@ from strixlm.worker.states import RequestStateTable
 
 logger = logging.getLogger(__name__)
 
-# Up to 2048 tokens: a typical admission step of a busy server (a few hundred decodes plus
-# one prompt of a few hundred tokens) fits, and runs from a graph instead of ~300 launches
-# from Python (host-bound: 15-28 ms on the H200 for steps the GPU runs in less).
-MIXED_GRAPH_TOKENS = (32, 64, 128, 256, 512, 1024, 2048)
+# Up to the default 8192-token budget: run eagerly, such a step is ~300 launches from Python
+# and host-bound (15-28 ms on the H200 for Qwen3-0.6B, whose GPU work is ~11 ms at 8192
+# tokens). Above 1024 tokens the buckets are spaced so a step pads by at most ~33%.
+MIXED_GRAPH_TOKENS = (32, 64, 128, 256, 512, 1024, 1536, 2048, 3072, 4096, 6144, 8192)
 
 
 def mixed_buckets(max_num_batched_tokens: int, buffer_tokens: int) -> list[int]:
