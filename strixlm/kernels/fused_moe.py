@@ -258,6 +258,49 @@ if HAS_TRITON:
             tl.store(block_expert_ptr + b, tl.sum(before.to(tl.int32), axis=1), mask=b < num_blocks)
 
     @triton.jit
+    def _align_small_kernel(
+        ids_ptr,
+        sorted_ids_ptr,
+        block_expert_ptr,
+        num_padded_ptr,
+        n,
+        num_experts,
+        num_blocks,
+        N_P: tl.constexpr,
+        E_PAD: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        P_CHUNK: tl.constexpr,
+    ):
+        # Decode-sized alignment in one program, no atomics and no memset: counts, each row's
+        # rank among the earlier rows of its expert, then every output slot gathered from
+        # the row that belongs there (rows keep flat order within an expert, as the ref).
+        i = tl.arange(0, N_P)
+        e = tl.load(ids_ptr + i, mask=i < n, other=-1)
+        ok = (i < n) & (e >= 0) & (e < num_experts)
+        e = tl.where(ok, e, -1)
+        ex = tl.arange(0, E_PAD)
+        count = tl.sum((e[None, :] == ex[:, None]).to(tl.int32), axis=1)  # [E_PAD]
+        padded = (count + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+        ends = tl.cumsum(padded, axis=0)
+        starts = ends - padded
+        tl.store(num_padded_ptr, tl.sum(padded, axis=0))
+        same = (e[:, None] == e[None, :]) & (i[None, :] < i[:, None])
+        rank = tl.sum(same.to(tl.int32), axis=1)  # [N_P]
+        # Slot of each valid row: its expert's start plus its rank.
+        row_start = tl.sum(tl.where(e[:, None] == ex[None, :], starts[None, :], 0), axis=1)
+        slot = tl.where(ok, row_start + rank, -1)
+        for p0 in range(0, num_blocks * BLOCK_M, P_CHUNK):
+            p = p0 + tl.arange(0, P_CHUNK)
+            hit = slot[None, :] == p[:, None]  # [P_CHUNK, N_P]: at most one row per slot
+            row = tl.sum(tl.where(hit, i[None, :], 0), axis=1)
+            any_hit = tl.sum(hit.to(tl.int32), axis=1) > 0
+            tl.store(sorted_ids_ptr + p, tl.where(any_hit, row, n), mask=p < num_blocks * BLOCK_M)
+        # A block's expert = how many segments end at or before the block's first row.
+        b = tl.arange(0, N_P)  # num_blocks <= n: each used block holds a row
+        before = (ends[None, :] <= (b * BLOCK_M)[:, None]) & (ex < num_experts)[None, :]
+        tl.store(block_expert_ptr + b, tl.sum(before.to(tl.int32), axis=1), mask=b < num_blocks)
+
+    @triton.jit
     def _scatter_kernel(
         ids_ptr, ranks_ptr, starts_ptr, sorted_ids_ptr, n, num_experts, BLOCK: tl.constexpr
     ):
@@ -374,8 +417,15 @@ if HAS_TRITON:
 _ALIGN_BLOCK = 256
 
 
+# Rows (tokens x top_k) up to which one program aligns them (decode batches): [E, rows] and
+# [rows, rows] comparisons fit its registers, and two launches and a memset are saved.
+_ALIGN_SMALL_ROWS = 64
+_ALIGN_SMALL_EXPERTS = 256
+
+
 def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> MoEAlignment:
-    """Triton alignment: one memset and three launches, no host reads."""
+    """Triton alignment, no host reads: one launch for decode-sized inputs, else one memset
+    and three launches."""
     flat = topk_ids.reshape(-1)
     if flat.dtype != torch.int32:
         flat = flat.to(torch.int32)
@@ -383,6 +433,27 @@ def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> MoEAlig
     n = flat.numel()
     dev = flat.device
     num_blocks = max_num_blocks(n, num_experts, block_m)
+    if 0 < n <= _ALIGN_SMALL_ROWS and num_experts <= _ALIGN_SMALL_EXPERTS:
+        sorted_ids = torch.empty(num_blocks * block_m, dtype=torch.int32, device=dev)
+        block_expert = torch.empty(num_blocks, dtype=torch.int32, device=dev)
+        num_padded = torch.empty(1, dtype=torch.int32, device=dev)
+        n_p = max(16, triton.next_power_of_2(n))
+        assert num_blocks <= n_p  # max_num_blocks(n, E, bm) <= n
+        _align_small_kernel[(1,)](
+            flat,
+            sorted_ids,
+            block_expert,
+            num_padded,
+            n,
+            num_experts,
+            num_blocks,
+            N_P=n_p,
+            E_PAD=max(16, triton.next_power_of_2(num_experts)),
+            BLOCK_M=block_m,
+            P_CHUNK=64,
+            num_warps=4,
+        )
+        return MoEAlignment(sorted_ids, block_expert, num_padded, block_m)
     scratch = torch.zeros(2 * num_experts + 1, dtype=torch.int32, device=dev)
     counts, starts = scratch[:num_experts], scratch[num_experts : 2 * num_experts]
     num_padded = scratch[2 * num_experts :]
