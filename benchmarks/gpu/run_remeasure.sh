@@ -31,6 +31,7 @@ run() {  # name, time limit (s), command...
 TP="python -m strixlm.benchmarks.throughput --dtype bfloat16 --device cuda --no-tqdm"
 if has checks; then
   run glue 90 python benchmarks/gpu/check_glue_kernels.py
+  run moe 150 python benchmarks/gpu/check_moe.py  # decode sizes take the one-program align
   run e2e 240 python benchmarks/gpu/check_e2e.py
   run syncs 120 python benchmarks/gpu/check_syncs.py  # the ramp's mixed steps now replay graphs
   run attn_order 90 python benchmarks/gpu/sweep_decode_attn.py --quick  # longest-first A/B
