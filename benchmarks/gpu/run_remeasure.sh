@@ -2,7 +2,7 @@
 # Re-measure after the session-3 changes (mixed-step graphs, fused q/k norm + rotary, fused
 # MoE routing, gated RMSNorm kernel, bf16 logits to the sampler), in two device calls:
 #   bash benchmarks/gpu/run_remeasure.sh checks qwen     (~8 min)
-#   bash benchmarks/gpu/run_remeasure.sh nano            (~4 min)
+#   bash benchmarks/gpu/run_remeasure.sh nano gemm       (~5 min)
 # Sections:
 #   checks  the new kernels against torch at real shapes (check_glue_kernels.py); tiny Qwen3 /
 #           Llama on CUDA against HF with mixed-step graph replays, and Qwen3-0.6B batch-1
@@ -10,6 +10,8 @@
 #   qwen    the standard workload twice (the first warms Triton's cache), traced; then the
 #           online benchmark (500 x 512/128, burst)
 #   nano    Nemotron 3 Nano batch-1 latency (target 4 ms) and the standard workload
+#   gemm    decode GEMMs at batch 64-256: cuBLAS vs weight layout vs split-K Triton, and
+#           the roofline (bench_decode_gemm.py; an experiment for issue 3's next lever)
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -47,4 +49,7 @@ fi
 if has nano; then
   run nano_latency 150 python benchmarks/gpu/bench_nemotron.py --sections latency
   run nano_tp 130 $TP --model nemotron-3-nano-30b-a3b --output-json "$OUT/nano_tp.json"
+fi
+if has gemm; then
+  run gemm 150 python benchmarks/gpu/bench_decode_gemm.py --json "$OUT/gemm.json"
 fi

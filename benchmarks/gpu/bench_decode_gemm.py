@@ -1,0 +1,144 @@
+"""Decode GEMMs at batch 64-256 (Qwen3-0.6B shapes): how far cuBLAS is from the roofline, and
+whether a weight layout or a split-K Triton GEMM does better. An experiment for the next
+lever of issue 3 (the profile puts the four GEMMs of a layer at ~28 us for ~10.5 us of
+roofline at batch 256); nothing in the engine uses the Triton kernel here.
+
+python benchmarks/gpu/bench_decode_gemm.py [--json PATH]
+
+Per shape (M tokens, N, K), CUDA-graph replay time of:
+  linear   F.linear(x, W) with W [N, K] (what the engine runs: cuBLAS, TN)
+  mm_nn    x @ Wt with Wt [K, N] stored transposed (cuBLAS may pick other kernels)
+  triton   a Triton GEMM over a few tile / split-K configs (best one shown)
+and the roofline max(FLOPs / 800 TFLOPS, bytes / 3.8 TB/s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+SHAPES = [  # name, N, K (Qwen3-0.6B: hidden 1024, 16x128 q, 8x128 kv, intermediate 3072)
+    ("qkv", 4096, 1024),
+    ("o_proj", 1024, 2048),
+    ("gate_up", 6144, 1024),
+    ("down", 1024, 3072),
+]
+CONFIGS = [  # BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, warps, stages
+    (64, 64, 64, 1, 4, 4),
+    (64, 128, 64, 1, 4, 4),
+    (128, 64, 64, 1, 4, 4),
+    (64, 64, 128, 2, 4, 3),
+    (64, 128, 64, 2, 4, 4),
+    (64, 64, 64, 4, 4, 4),
+    (128, 128, 64, 2, 8, 3),
+]
+
+
+@triton.jit
+def _gemm_kernel(
+    x_ptr, w_ptr, out_ptr, M, N, K, sxm, swn, som,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+):  # fmt: skip
+    # out[M, N] (+)= x[M, K] @ w[N, K].T over this program's K slice; fp32 atomics when split.
+    pid_m, pid_n, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    k_per = tl.cdiv(K, SPLIT_K * BLOCK_K) * BLOCK_K
+    k0 = pid_k * k_per
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for kk in range(k0, tl.minimum(k0 + k_per, K), BLOCK_K):
+        a = tl.load(x_ptr + rm[:, None] * sxm + (kk + rk)[None, :], mask=rm[:, None] < M)
+        b = tl.load(w_ptr + rn[None, :] * swn + (kk + rk)[:, None], mask=rn[None, :] < N)
+        acc = tl.dot(a, b, acc)
+    ptrs = out_ptr + rm[:, None] * som + rn[None, :]
+    ok = (rm[:, None] < M) & (rn[None, :] < N)
+    if SPLIT_K == 1:
+        tl.store(ptrs, acc.to(out_ptr.dtype.element_ty), mask=ok)
+    else:
+        tl.atomic_add(ptrs, acc, mask=ok)
+
+
+def triton_gemm(x: torch.Tensor, w: torch.Tensor, cfg, out32: torch.Tensor | None = None):
+    bm, bn, bk, sk, warps, stages = cfg
+    m, k = x.shape
+    n = w.shape[0]
+    if sk == 1:
+        out = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    else:
+        out = out32 if out32 is not None else torch.empty((m, n), device=x.device)
+        out.zero_()
+    grid = (triton.cdiv(m, bm), triton.cdiv(n, bn), sk)
+    _gemm_kernel[grid](
+        x, w, out, m, n, k, x.stride(0), w.stride(0), out.stride(0),
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sk, num_warps=warps, num_stages=stages,
+    )  # fmt: skip
+    return out if sk == 1 else out.to(x.dtype)
+
+
+def graph_us(fn, reps: int = 50) -> float:
+    fn()
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        g.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / reps
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    rows = []
+    for m in (64, 128, 256):
+        for name, n, k in SHAPES:
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            w = (0.02 * torch.randn(n, k, device="cuda")).to(torch.bfloat16)
+            wt = w.t().contiguous()
+            ref = torch.nn.functional.linear(x, w)
+            t_lin = graph_us(lambda: torch.nn.functional.linear(x, w))  # noqa: B023
+            t_nn = graph_us(lambda: x @ wt)  # noqa: B023
+            out32 = torch.empty((m, n), device="cuda")
+            best = (float("inf"), None)
+            for cfg in CONFIGS:
+                got = triton_gemm(x, w, cfg, out32)
+                err = ((got.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
+                if err > 2e-2:
+                    print(f"  {name} M={m} {cfg}: WRONG (rel err {err:.2e})")
+                    continue
+                t = graph_us(lambda: triton_gemm(x, w, cfg, out32))  # noqa: B023
+                best = min(best, (t, cfg), key=lambda b: b[0])
+            roof = max(2 * m * n * k / 800e12, (n * k + m * k + m * n) * 2 / 3.8e12) * 1e6
+            row = dict(
+                shape=name, m=m, n=n, k=k, linear_us=t_lin, mm_nn_us=t_nn,
+                triton_us=best[0], triton_cfg=best[1], roofline_us=roof,
+            )  # fmt: skip
+            rows.append(row)
+            print(
+                f"M={m:3d} {name:8s} linear {t_lin:6.1f} us  nn {t_nn:6.1f}  triton "
+                f"{best[0]:6.1f} {best[1]}  roofline {roof:5.1f}"
+            )
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
