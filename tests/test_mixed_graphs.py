@@ -135,3 +135,27 @@ def test_seq_order_is_longest_context_first():
     batch = gather_inputs(table, bufs, ["a", "b", "c"], [1, 1, 1], 8, num_reqs_padded=4)
     assert batch.seq_lens == [5, 20, 9]
     assert batch.seq_order.tolist() == [1, 2, 0, 3]  # b, c, a, then the padded row
+
+
+def test_fused_qk_norm_rope_and_cache_write_through_the_engine(qwen3, monkeypatch):
+    """The CUDA path of Qwen3 attention (one launch for q/k norm, rotary and the K/V cache
+    write; the backend then only reads the cache), forced on under the interpreter, through
+    chunked prefill, mixed steps and decode: the same tokens as HF."""
+    from strixlm.kernels import qk_norm_rope
+    from strixlm.models import llama
+
+    folder, prompts, refs = qwen3
+    calls = {"fused_write": 0}
+    fused = qk_norm_rope.qk_norm_rope_inplace
+
+    def counting(*a, **kw):
+        calls["fused_write"] += kw.get("kv_cache") is not None
+        return fused(*a, **kw)
+
+    monkeypatch.setattr(llama, "_norm_uses_triton", lambda x: True)
+    monkeypatch.setattr(llama, "_rotary_uses_triton", lambda x: True)
+    monkeypatch.setattr(qk_norm_rope, "qk_norm_rope_inplace", counting)
+    params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True, logprobs=5)
+    outs = make_llm(folder, graphs=True).generate(prompts, params, use_tqdm=False)
+    assert calls["fused_write"] > 0
+    check_against_hf(outs, refs)

@@ -32,6 +32,7 @@ _KERNEL_MODULES = (
     "strixlm.kernels.qk_norm_rope",
     "strixlm.kernels.rmsnorm",
     "strixlm.kernels.rotary",
+    "strixlm.kernels.kv_write",
 )
 
 
@@ -50,7 +51,7 @@ def _fresh_interpreted_triton() -> None:
 
 _fresh_interpreted_triton()
 pytest.importorskip("triton", reason="triton is not installed")
-k_fused, k_norm, k_rot = (importlib.import_module(n) for n in _KERNEL_MODULES)
+k_fused, k_norm, k_rot, k_kvw = (importlib.import_module(n) for n in _KERNEL_MODULES)
 import triton.language as tl  # noqa: E402
 import triton.runtime.interpreter as _interp  # noqa: E402
 
@@ -233,18 +234,56 @@ def test_attention_dispatch(monkeypatch) -> None:
     _, q, k = _qkv(t, hq, hk, d, torch.float32, g)
     positions = _positions(t, torch.int64, g)
     with torch.no_grad():
-        want_q, want_k = attn._qk_norm_rope(positions, q.clone(), k.clone())  # CPU: layers
+        assert not attn._fuse_qk_norm_rope(q)  # CPU: the layers
+        want_q, want_k = attn.rotary(positions, attn.q_norm(q.clone()), attn.k_norm(k.clone()))
 
         calls = []
         fused = k_fused.qk_norm_rope_inplace
-        monkeypatch.setattr(k_fused, "qk_norm_rope_inplace", lambda *a: calls.append(fused(*a)))
+        monkeypatch.setattr(
+            k_fused, "qk_norm_rope_inplace", lambda *a, **kw: calls.append(fused(*a, **kw))
+        )
         monkeypatch.setattr(llama, "_norm_uses_triton", lambda x: True)
         monkeypatch.setattr(llama, "_rotary_uses_triton", lambda x: True)
-        got_q, got_k = attn._qk_norm_rope(positions, q, k)
+        assert attn._fuse_qk_norm_rope(q)
+        assert not attn._fuse_kv_write(q)  # no cache bound
+        attn._qk_norm_rope(positions, q, k)
     assert len(calls) == 1
-    assert got_q is q and got_k is k, "the fused path writes q and k in place"
-    _assert_close(got_q, want_q)
-    _assert_close(got_k, want_k)
+    _assert_close(q, want_q)
+    _assert_close(k, want_k)
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.bfloat16, torch.float8_e4m3fn])
+def test_fused_cache_write_is_kv_write(cache_dtype) -> None:
+    """With the cache, the fused launch also stores rotated k and v at each token's slot,
+    exactly as the separate kv_write kernel does (fp8: the same e4m3 rounding and scales);
+    slot -1 (graph padding) writes nothing."""
+    t, hq, hk, d, bs, blocks = 5, 4, 2, 32, 4, 6
+    dtype = torch.bfloat16
+    g = _gen(23)
+    rot = RotaryEmbedding(d, MAX_POS, 1e6)
+    qw, kw = _weights(d, dtype, g)
+    qkv, q, k = _qkv(t, hq, hk, d, dtype, g)
+    v = qkv[:, (hq + hk) * d :].view(t, hk, d)
+    positions = _positions(t, torch.int64, g)
+    slots = torch.tensor([9, -1, 0, 17, 22], dtype=torch.int64)
+    scales = (0.5, 2.0) if cache_dtype == torch.float8_e4m3fn else (1.0, 1.0)
+    base = torch.randn(2, blocks, bs, hk, d, generator=g).to(cache_dtype)
+    fused_cache, sep_cache = base.clone(), base.clone()
+    q2, k2 = q.clone(), k.clone()
+    k_fused.qk_norm_rope_inplace(positions, q2, k2, qw, kw, EPS, rot.cos, rot.sin)
+    k_kvw.write_kv(sep_cache, k2, v, slots, *scales)
+    k_fused.qk_norm_rope_inplace(
+        positions, q, k, qw, kw, EPS, rot.cos, rot.sin,
+        v=v, kv_cache=fused_cache, slot_mapping=slots, k_scale=scales[0], v_scale=scales[1],
+    )  # fmt: skip
+    assert torch.equal(q, q2) and torch.equal(k, k2)
+    raw = torch.uint8 if cache_dtype == torch.float8_e4m3fn else torch.int16
+    assert torch.equal(fused_cache.view(raw), sep_cache.view(raw))
+    assert not torch.equal(fused_cache.view(raw), base.view(raw))  # something was written
+    with pytest.raises(ValueError, match="slot mapping"):
+        k_fused.qk_norm_rope_inplace(
+            positions, q, k, qw, kw, EPS, rot.cos, rot.sin, kv_cache=fused_cache
+        )
 
 
 def test_cpu_attention_uses_the_layers() -> None:
@@ -276,3 +315,45 @@ def test_validation() -> None:
         run(pos, q, k[:1], qw, kw, EPS, rot.cos, rot.sin)
     # No tokens: nothing to do, nothing launched.
     run(pos[:0], q[:0], k[:0], qw, kw, EPS, rot.cos, rot.sin)
+
+
+AOT = r"""
+import sys
+try:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+except Exception:
+    sys.exit(3)
+from strixlm.kernels import qk_norm_rope as m
+sig = dict(q_ptr="*bf16", k_ptr="*bf16", pos_ptr="*i64", qw_ptr="*bf16", kw_ptr="*bf16",
+           cos_ptr="*fp32", sin_ptr="*fp32", n_q_heads="i32", n_k_heads="i32", q_s0="i32",
+           q_s1="i32", k_s0="i32", k_s1="i32", pos_stride="i32", cos_stride="i32",
+           sin_stride="i32", half="i32", eps="fp32", v_ptr="*bf16", v_s0="i32", v_s1="i32",
+           kc_ptr="*bf16", vc_ptr="*bf16", slot_ptr="*i64", k_scale="fp32", v_scale="fp32",
+           stride_cb="i32", stride_cs="i32", stride_ch="i32")
+for write, fp8 in ((True, True), (True, False), (False, False)):
+    cache = "*fp8e4nv" if fp8 else "*bf16"
+    s = dict(sig, kc_ptr=cache, vc_ptr=cache)
+    c = dict(BLOCK_H=16, BLOCK_HALF=64, WRITE_KV=write, BLOCK_SIZE=16, FP8=fp8)
+    src = ASTSource(m._qk_norm_rope_kernel, {**s, **{k: "constexpr" for k in c}}, c)
+    triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+print("compiled")
+"""
+
+
+def test_compiles_for_sm90() -> None:
+    """The interpreter is lax about types (it ran a helper with two return dtypes); the
+    compiler is not. ptxas ships with triton, so this needs no GPU."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run(
+        [sys.executable, "-c", AOT], env=env, cwd=root, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    if r.returncode == 3:
+        pytest.skip("this triton has no ahead-of-time compile API")
+    assert r.returncode == 0 and "compiled" in r.stdout, r.stderr[-3000:]

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import torch
 
+from strixlm.kernels.kv_write import FP8_DTYPE
 from strixlm.layers.rotary import RotaryEmbedding
 
 try:
     import triton
     import triton.language as tl
+
+    from strixlm.kernels.kv_write import _round_fp8e4m3
 
     HAS_TRITON = True
 except ImportError:  # CPU-only installs use the separate torch paths
@@ -66,8 +69,21 @@ if HAS_TRITON:
         # rmsnorm kernel does (it writes weight * xn in the input dtype, rotary reads it).
         y1 = ((x1f * r).to(x1.dtype).to(tl.float32) * w1).to(x1.dtype).to(tl.float32)
         y2 = ((x2f * r).to(x1.dtype).to(tl.float32) * w2).to(x1.dtype).to(tl.float32)
-        tl.store(p1, (y1 * cos - y2 * sin).to(x1.dtype), mask=mask)
-        tl.store(p1 + half, (y2 * cos + y1 * sin).to(x1.dtype), mask=mask)
+        o1 = (y1 * cos - y2 * sin).to(x1.dtype)
+        o2 = (y2 * cos + y1 * sin).to(x1.dtype)
+        tl.store(p1, o1, mask=mask)
+        tl.store(p1 + half, o2, mask=mask)
+        return o1, o2, mask
+
+    @triton.jit
+    def _to_cache(x, scale, FP8: tl.constexpr):
+        # What kv_write stores: the value itself, or e4m3 of value / scale, rounded to even.
+        # In fp32 either way (exact for the other cache dtypes): one return type.
+        if FP8:
+            y = _round_fp8e4m3(tl.clamp(x.to(tl.float32) / scale, -448.0, 448.0))
+        else:
+            y = x.to(tl.float32)
+        return y
 
     @triton.jit
     def _qk_norm_rope_kernel(
@@ -89,8 +105,22 @@ if HAS_TRITON:
         sin_stride,
         half,
         eps,
+        v_ptr,
+        v_s0,
+        v_s1,
+        kc_ptr,
+        vc_ptr,
+        slot_ptr,
+        k_scale,
+        v_scale,
+        stride_cb,
+        stride_cs,
+        stride_ch,
         BLOCK_H: tl.constexpr,
         BLOCK_HALF: tl.constexpr,
+        WRITE_KV: tl.constexpr,
+        BLOCK_SIZE: tl.constexpr,
+        FP8: tl.constexpr,
     ):
         # One program per token: its cos/sin row and both weights are loaded once and
         # reused for every head, looped over in blocks of BLOCK_H heads.
@@ -113,10 +143,35 @@ if HAS_TRITON:
                 q_base, h0 + h, n_q_heads, q_s1, d, d_mask, half, qw1, qw2, eps, cos, sin
             )
         k_base = k_ptr + tok * k_s0
+        # The step's K/V also go to their cache slot here (WRITE_KV), as kv_write would:
+        # one launch fewer per layer. Slot -1 (graph padding) writes nothing.
+        if WRITE_KV:
+            slot = tl.load(slot_ptr + tok).to(tl.int64)
+        else:
+            slot = tl.full([], -1, tl.int64)
+        blk = slot // BLOCK_SIZE
+        cache_row = blk * stride_cb + (slot % BLOCK_SIZE) * stride_cs
         for h0 in range(0, n_k_heads, BLOCK_H):
-            _norm_rotate_heads(
+            o1, o2, mask = _norm_rotate_heads(
                 k_base, h0 + h, n_k_heads, k_s1, d, d_mask, half, kw1, kw2, eps, cos, sin
             )
+            if WRITE_KV:
+                dst = cache_row + (h0 + h)[:, None].to(tl.int64) * stride_ch + d[None, :]
+                ok = mask & (slot >= 0)
+                ty = kc_ptr.dtype.element_ty
+                tl.store(kc_ptr + dst, _to_cache(o1, k_scale, FP8).to(ty), mask=ok)
+                tl.store(kc_ptr + dst + half, _to_cache(o2, k_scale, FP8).to(ty), mask=ok)
+        if WRITE_KV:
+            v_base = v_ptr + tok * v_s0
+            for h0 in range(0, n_k_heads, BLOCK_H):
+                hh = (h0 + h)[:, None].to(tl.int64)
+                mask = (hh < n_k_heads) & d_mask[None, :] & (slot >= 0)
+                src = v_base + hh * v_s1 + d[None, :]
+                dst = cache_row + hh * stride_ch + d[None, :]
+                ty = vc_ptr.dtype.element_ty
+                for part in tl.static_range(2):
+                    x = _to_cache(tl.load(src + part * half, mask=mask, other=0.0), v_scale, FP8)
+                    tl.store(vc_ptr + dst + part * half, x.to(ty), mask=mask)
 
 
 def qk_norm_rope_inplace(
@@ -128,9 +183,16 @@ def qk_norm_rope_inplace(
     eps: float,
     cos: torch.Tensor,
     sin: torch.Tensor,
+    v: torch.Tensor | None = None,
+    kv_cache: torch.Tensor | None = None,
+    slot_mapping: torch.Tensor | None = None,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> None:
     """Per-head RMSNorm (q_weight / k_weight) then neox rotary on q [T, Hq, D] and
-    k [T, Hk, D], in place (views into a qkv buffer are fine).
+    k [T, Hk, D], in place (views into a qkv buffer are fine). With v, kv_cache
+    [2, blocks, block_size, Hk, D] and slot_mapping [T] also the cache write of
+    kernels/kv_write.py (k after rotation; fp8 caches quantized with the scales).
 
     positions [T] (any integer dtype and stride) index the rows of cos/sin [max_pos, D/2];
     they are not bounds-checked (checking would need a device sync). The result keeps q's
@@ -160,6 +222,15 @@ def qk_norm_rope_inplace(
         raise ValueError(f"positions shape {tuple(positions.shape)} != ({t},)")
     if t == 0:
         return
+    write = kv_cache is not None
+    if write:
+        if v is None or slot_mapping is None or v.shape != k.shape or v.stride(-1) != 1:
+            raise ValueError("the cache write needs v shaped like k and the slot mapping")
+        if kv_cache.shape[3:] != k.shape[1:] or kv_cache.stride(4) != 1:
+            raise ValueError(f"cache {tuple(kv_cache.shape)} does not hold k {tuple(k.shape)}")
+        kc, vc = kv_cache[0], kv_cache[1]
+    else:
+        v, kc, vc, slot_mapping = k, k, k, positions  # never read without WRITE_KV
     block_half = triton.next_power_of_2(half)
     # A [BLOCK_H, BLOCK_HALF] tile of ~1K elements per half: 8 per thread at 4 warps.
     block_h = max(1, min(triton.next_power_of_2(max(n_q_heads, k.shape[1])), 1024 // block_half))
@@ -182,7 +253,21 @@ def qk_norm_rope_inplace(
         sin.stride(0),
         half,
         eps,
+        v,
+        v.stride(0),
+        v.stride(1),
+        kc,
+        vc,
+        slot_mapping,
+        float(k_scale),
+        float(v_scale),
+        kc.stride(0) if write else 0,
+        kc.stride(1) if write else 0,
+        kc.stride(2) if write else 0,
         BLOCK_H=block_h,
         BLOCK_HALF=block_half,
+        WRITE_KV=write,
+        BLOCK_SIZE=kv_cache.shape[2] if write else 1,
+        FP8=write and kv_cache.dtype == FP8_DTYPE,
         num_warps=4,
     )

@@ -61,29 +61,57 @@ class Attention(nn.Module):
         q = q.view(t, self.num_heads, self.head_dim)
         k = k.view(t, self.num_kv_heads, self.head_dim)
         v = v.view(t, self.num_kv_heads, self.head_dim)
-        if self.qk_norm:
-            q, k = self._qk_norm_rope(positions, q, k)
+        if self.qk_norm and self._fuse_qk_norm_rope(q):
+            if self._fuse_kv_write(q):
+                # The fused kernel also wrote K/V to the cache: attention only reads it.
+                self._qk_norm_rope(positions, q, k, v, md)
+                k = v = None
+            else:
+                self._qk_norm_rope(positions, q, k)
+        elif self.qk_norm:
+            q, k = self.rotary(positions, self.q_norm(q), self.k_norm(k))
         else:
             q, k = self.rotary(positions, q, k)
         o = self.attn.forward(q, k, v, self.kv_cache, md)
         return self.o_proj(o.reshape(t, self.q_size))
 
-    def _qk_norm_rope(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
-        """q_norm, k_norm, then rotary: one fused in-place launch where all three would run
-        Triton and the in-place result keeps q's dtype; the separate layers otherwise."""
+    def _fuse_qk_norm_rope(self, q: torch.Tensor) -> bool:
+        """q_norm, k_norm and rotary as one in-place launch: where all three would run Triton
+        and the in-place result keeps q's dtype."""
         qn, kn = self.q_norm, self.k_norm
-        if (
+        return (
             _norm_uses_triton(q)
             and _rotary_uses_triton(q)
             and qn.weight.dtype == kn.weight.dtype == q.dtype
             and qn.eps == kn.eps
-        ):
-            from strixlm.kernels.qk_norm_rope import qk_norm_rope_inplace
+        )
 
-            rot = self.rotary
-            qk_norm_rope_inplace(positions, q, k, qn.weight, kn.weight, qn.eps, rot.cos, rot.sin)
-            return q, k
-        return self.rotary(positions, qn(q), kn(k))
+    def _fuse_kv_write(self, q: torch.Tensor) -> bool:
+        """The cache write joins the fused launch when the backend writes with the same
+        Triton kernel semantics (its forward then takes k = v = None)."""
+        return (
+            self.kv_cache is not None
+            and getattr(self.attn, "accepts_written_kv", False)
+            and self.attn.use_triton(q.device)
+        )
+
+    def _qk_norm_rope(self, positions, q, k, v=None, md: AttentionMetadata | None = None):
+        from strixlm.kernels.qk_norm_rope import qk_norm_rope_inplace
+
+        qn, kn, rot = self.q_norm, self.k_norm, self.rotary
+        cache = {}
+        if v is not None:
+            attn = self.attn
+            cache = dict(
+                v=v,
+                kv_cache=self.kv_cache,
+                slot_mapping=md.slot_mapping,
+                k_scale=attn.k_scale,
+                v_scale=attn.v_scale,
+            )
+        qk_norm_rope_inplace(
+            positions, q, k, qn.weight, kn.weight, qn.eps, rot.cos, rot.sin, **cache
+        )
 
 
 class MLP(nn.Module):

@@ -25,6 +25,9 @@ class TritonPagedAttention(AttentionBackend):
     name = "triton"
     # Reads only device metadata and host upper bounds: safe to capture in a CUDA graph.
     graph_safe = True
+    # forward(q, None, None, ...) means the step's K/V are already in the cache (a fused
+    # q/k norm + rotary + cache write ran; see models/llama.py).
+    accepts_written_kv = True
     # Overridable per instance or class: None = heuristic, 1 = never split, n = n segments.
     num_splits: int | None = None
 
@@ -53,7 +56,8 @@ class TritonPagedAttention(AttentionBackend):
                 self.k_scale,
                 self.v_scale,
             )
-        write_kv(kv_cache, k, v, md.slot_mapping, self.k_scale, self.v_scale)
+        if k is not None:
+            write_kv(kv_cache, k, v, md.slot_mapping, self.k_scale, self.v_scale)
         return paged_attention(
             q,
             kv_cache,
