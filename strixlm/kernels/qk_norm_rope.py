@@ -20,6 +20,7 @@ try:
     import triton.language as tl
 
     from strixlm.kernels.kv_write import _round_fp8e4m3
+    from strixlm.kernels.rotary import check_rotary_inputs, head_tiles
 
     HAS_TRITON = True
 except ImportError:  # CPU-only installs use the separate torch paths
@@ -200,14 +201,8 @@ def qk_norm_rope_inplace(
     """
     if not HAS_TRITON:
         raise RuntimeError("qk_norm_rope_inplace needs triton; use qk_norm_rope_ref")
-    if q.dim() != 3 or k.dim() != 3 or q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
-        raise ValueError(f"bad q/k shapes {tuple(q.shape)} / {tuple(k.shape)}")
-    t, n_q_heads, head_dim = q.shape
-    half = head_dim // 2
-    if head_dim % 2 or cos.shape[-1] != half or sin.shape[-1] != half:
-        raise ValueError(f"head_dim {head_dim} does not match the cos/sin tables")
-    if q.stride(-1) != 1 or k.stride(-1) != 1 or cos.stride(-1) != 1 or sin.stride(-1) != 1:
-        raise ValueError("q, k, cos and sin need a contiguous last dim (rotation is in place)")
+    t, n_q_heads, half = check_rotary_inputs(positions, q, k, cos, sin)
+    head_dim = 2 * half
     if q_weight.shape != (head_dim,) or k_weight.shape != (head_dim,):
         raise ValueError(
             f"norm weights {tuple(q_weight.shape)} / {tuple(k_weight.shape)} "
@@ -218,8 +213,6 @@ def qk_norm_rope_inplace(
             raise ValueError(
                 f"weight dtype {w.dtype} would promote {x.dtype}; the in-place result cannot"
             )
-    if positions.shape != (t,):
-        raise ValueError(f"positions shape {tuple(positions.shape)} != ({t},)")
     if t == 0:
         return
     write = kv_cache is not None
@@ -231,9 +224,7 @@ def qk_norm_rope_inplace(
         kc, vc = kv_cache[0], kv_cache[1]
     else:
         v, kc, vc, slot_mapping = k, k, k, positions  # never read without WRITE_KV
-    block_half = triton.next_power_of_2(half)
-    # A [BLOCK_H, BLOCK_HALF] tile of ~1K elements per half: 8 per thread at 4 warps.
-    block_h = max(1, min(triton.next_power_of_2(max(n_q_heads, k.shape[1])), 1024 // block_half))
+    block_h, block_half = head_tiles(n_q_heads, k.shape[1], half)
     _qk_norm_rope_kernel[(t,)](
         q,
         k,

@@ -62,6 +62,32 @@ def _rotary_kernel(
         _rotate_heads(k_base, h0 + h, n_k_heads, k_s1, d, d_mask, half, cos, sin)
 
 
+def check_rotary_inputs(
+    positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[int, int, int]:
+    """(tokens, q heads, head_dim / 2) of an in-place rotation, or a ValueError naming the
+    bad input (shared with the fused q/k norm + rotary kernel)."""
+    if q.dim() != 3 or k.dim() != 3 or q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
+        raise ValueError(f"bad q/k shapes {tuple(q.shape)} / {tuple(k.shape)}")
+    t, n_q_heads, head_dim = q.shape
+    half = head_dim // 2
+    if head_dim % 2 or cos.shape[-1] != half or sin.shape[-1] != half:
+        raise ValueError(f"head_dim {head_dim} does not match the cos/sin tables")
+    if q.stride(-1) != 1 or k.stride(-1) != 1 or cos.stride(-1) != 1 or sin.stride(-1) != 1:
+        raise ValueError("q, k, cos and sin need a contiguous last dim (rotation is in place)")
+    if positions.shape != (t,):
+        raise ValueError(f"positions shape {tuple(positions.shape)} != ({t},)")
+    return t, n_q_heads, half
+
+
+def head_tiles(n_q_heads: int, n_k_heads: int, half: int) -> tuple[int, int]:
+    """(BLOCK_H, BLOCK_HALF): a [BLOCK_H, BLOCK_HALF] tile of ~1K elements per half, 8 per
+    thread at 4 warps."""
+    block_half = triton.next_power_of_2(half)
+    block_h = max(1, min(triton.next_power_of_2(max(n_q_heads, n_k_heads)), 1024 // block_half))
+    return block_h, block_half
+
+
 def rotary_inplace(
     positions: torch.Tensor,
     q: torch.Tensor,
@@ -74,21 +100,10 @@ def rotary_inplace(
     positions [T] (any integer dtype and stride) index the rows of cos/sin [max_pos, D/2];
     positions are not bounds-checked (checking would need a device sync).
     """
-    if q.dim() != 3 or k.dim() != 3 or q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
-        raise ValueError(f"bad q/k shapes {tuple(q.shape)} / {tuple(k.shape)}")
-    t, n_q_heads, head_dim = q.shape
-    half = head_dim // 2
-    if head_dim % 2 or cos.shape[-1] != half or sin.shape[-1] != half:
-        raise ValueError(f"head_dim {head_dim} does not match the cos/sin tables")
-    if q.stride(-1) != 1 or k.stride(-1) != 1 or cos.stride(-1) != 1 or sin.stride(-1) != 1:
-        raise ValueError("q, k, cos and sin need a contiguous last dim (rotation is in place)")
-    if positions.shape != (t,):
-        raise ValueError(f"positions shape {tuple(positions.shape)} != ({t},)")
+    t, n_q_heads, half = check_rotary_inputs(positions, q, k, cos, sin)
     if t == 0:
         return
-    block_half = triton.next_power_of_2(half)
-    # A [BLOCK_H, BLOCK_HALF] tile of ~1K elements per half: 8 per thread at 4 warps.
-    block_h = max(1, min(triton.next_power_of_2(max(n_q_heads, k.shape[1])), 1024 // block_half))
+    block_h, block_half = head_tiles(n_q_heads, k.shape[1], half)
     _rotary_kernel[(t,)](
         q,
         k,
