@@ -23,6 +23,9 @@ import torch
 import triton
 import triton.language as tl
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from graph_timing import graph_time_us  # noqa: E402
+
 SHAPES = [  # name, N, K (Qwen3-0.6B: hidden 1024, 16x128 q, 8x128 kv, intermediate 3072)
     ("qkv", 4096, 1024),
     ("o_proj", 1024, 2048),
@@ -82,25 +85,6 @@ def triton_gemm(x: torch.Tensor, w: torch.Tensor, cfg, out32: torch.Tensor | Non
     return out if sk == 1 else out.to(x.dtype)
 
 
-def graph_us(fn, reps: int = 50) -> float:
-    fn()
-    torch.cuda.synchronize()
-    s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        g.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1e3 / reps
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
@@ -113,8 +97,8 @@ def main() -> int:
             w = (0.02 * torch.randn(n, k, device="cuda")).to(torch.bfloat16)
             wt = w.t().contiguous()
             ref = torch.nn.functional.linear(x, w)
-            t_lin = graph_us(lambda: torch.nn.functional.linear(x, w))  # noqa: B023
-            t_nn = graph_us(lambda: x @ wt)  # noqa: B023
+            t_lin = graph_time_us(lambda: torch.nn.functional.linear(x, w))  # noqa: B023
+            t_nn = graph_time_us(lambda: x @ wt)  # noqa: B023
             out32 = torch.empty((m, n), device="cuda")
             best = (float("inf"), None)
             for cfg in CONFIGS:
@@ -123,7 +107,7 @@ def main() -> int:
                 if err > 2e-2:
                     print(f"  {name} M={m} {cfg}: WRONG (rel err {err:.2e})")
                     continue
-                t = graph_us(lambda: triton_gemm(x, w, cfg, out32))  # noqa: B023
+                t = graph_time_us(lambda: triton_gemm(x, w, cfg, out32))  # noqa: B023
                 best = min(best, (t, cfg), key=lambda b: b[0])
             roof = max(2 * m * n * k / 800e12, (n * k + m * k + m * n) * 2 / 3.8e12) * 1e6
             row = dict(

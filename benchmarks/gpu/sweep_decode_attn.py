@@ -34,6 +34,7 @@ from check_attention import (  # noqa: E402
     make_batch,
     rel_err,
 )
+from graph_timing import graph_time_us  # noqa: E402
 
 from strixlm.kernels import paged_attention as pa  # noqa: E402
 
@@ -60,29 +61,6 @@ def ordered_call(q, cache, md, cfg, order):
         q, cache, md.query_start_loc, md.seq_lens, md.block_table, 0.088,
         max_query_len=1, max_seq_len=md.max_seq_len, config=cfg, seq_order=order,
     )  # fmt: skip
-
-
-def graph_time_us(fn, reps: int = 20) -> float:
-    """Replay time of fn captured in a CUDA graph (median of 3 batches of reps)."""
-    fn()
-    torch.cuda.synchronize()
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    times = []
-    for _ in range(3):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(reps):
-            g.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / reps)
-    return sorted(times)[1]
 
 
 def main() -> None:
