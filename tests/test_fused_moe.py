@@ -14,6 +14,7 @@ os.environ["TRITON_INTERPRET"] = "1"
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from aot_compile import assert_compiles  # noqa: E402
 
 
 def _interpreted_triton() -> None:
@@ -363,13 +364,6 @@ def test_expert_weight_shape_and_range_errors():
 
 
 ALIGN_AOT = r"""
-import sys
-try:
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-except Exception:
-    sys.exit(3)
 from strixlm.kernels import fused_moe as fm
 sig = dict(ids_ptr="*i32", sorted_ids_ptr="*i32", block_expert_ptr="*i32",
            num_padded_ptr="*i32", n="i32", num_experts="i32", num_blocks="i32")
@@ -383,16 +377,4 @@ print("compiled")
 
 def test_small_alignment_compiles_for_sm90():
     """The interpreter never compiles; ptxas (shipped with triton) does, without a GPU."""
-    import subprocess
-    import sys
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    r = subprocess.run(
-        [sys.executable, "-c", ALIGN_AOT], env=env, cwd=root, capture_output=True, text=True,
-        timeout=300,
-    )  # fmt: skip
-    if r.returncode == 3:
-        pytest.skip("this triton has no ahead-of-time compile API")
-    assert r.returncode == 0 and "compiled" in r.stdout, r.stderr[-3000:]
+    assert_compiles(ALIGN_AOT)

@@ -18,6 +18,7 @@ import zlib  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from aot_compile import assert_compiles  # noqa: E402
 
 triton = pytest.importorskip("triton", reason="triton is not installed")
 
@@ -353,13 +354,6 @@ def test_torch_fallback_path(monkeypatch):
 
 
 AOT_SCRIPT = r"""
-import sys
-try:
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-except Exception:
-    sys.exit(3)
 from strixlm.kernels import kv_write as kvw, paged_attention as pa
 
 def build(fn, sig, consts, warps, stages=1):
@@ -402,20 +396,4 @@ print("compiled")
 
 def test_kernels_compile_for_sm90():
     """The interpreter never compiles; ptxas (shipped with triton) does, without a GPU."""
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    r = subprocess.run(
-        [sys.executable, "-c", AOT_SCRIPT],
-        env=env,
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if r.returncode == 3:
-        pytest.skip("this triton has no ahead-of-time compile API")
-    assert r.returncode == 0 and "compiled" in r.stdout, r.stderr[-3000:]
+    assert_compiles(AOT_SCRIPT)
