@@ -1,6 +1,6 @@
 """The CUDA-graph decode path of hybrid (NemotronH) models, run on CPU without capturing.
 
-DecodeGraphs(cuda_graphs=False) builds each padded size's metadata once, as a capture does,
+The runner's capture_cuda_graphs(capture=False) builds each padded size's metadata once, as a capture does,
 and every "replay" calls the model on those objects; only the static buffers are refreshed
 per step. So a metadata tensor that is not refreshed in place gives wrong tokens here, as it
 would on the GPU. The attention runs the Triton kernels (the interpreter on CPU), the one
@@ -19,7 +19,6 @@ from strixlm.engine.request import Request, SamplingParams
 from strixlm.entrypoints.llm import LLM
 from strixlm.layers.mamba2 import Mamba2Mixer
 from strixlm.models.nemotron_h import mamba_dims
-from strixlm.worker.cuda_graphs import DecodeGraphs, capture_sizes
 from strixlm.worker.input_batch import InputBuffers, gather_inputs
 from strixlm.worker.model_states.block_zeroing import NO_ZERO_ENV, POISON_ENV
 from strixlm.worker.model_states.hybrid import HybridModelState
@@ -66,18 +65,7 @@ def make_llm(folder: str, graphs: bool, **kw) -> LLM:
         **kw,
     )
     if graphs:
-        r = llm.engine.core.runner
-        r.graphs = DecodeGraphs(
-            r.model,
-            r.table,
-            r.buffers,
-            r.model_state,
-            r.block_size,
-            r.max_model_len,
-            capture_sizes(MAX_NUM_SEQS),
-            cuda_graphs=False,
-        )
-        r.graphs.capture()
+        llm.engine.core.runner.capture_cuda_graphs(capture=False)
     return llm
 
 

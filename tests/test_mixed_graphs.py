@@ -1,7 +1,7 @@
 """The CUDA-graph path for small mixed steps (prefill chunks beside decodes), run on CPU
 without capturing.
 
-MixedGraphs(cuda_graphs=False) builds each token bucket's metadata once, as a capture does,
+The runner's capture_cuda_graphs(capture=False) builds each token bucket's metadata once, as a capture does,
 and every "replay" runs the model on those objects; only the persistent buffers are refreshed
 per step, so an input that is not refreshed in place gives wrong tokens here as it would on
 the GPU. Attention runs the Triton kernels (the interpreter), the backend graphs capture.
@@ -15,7 +15,6 @@ from test_correctness_hf import check_against_hf, encode, hf_reference
 
 from strixlm.engine.request import SamplingParams
 from strixlm.entrypoints.llm import LLM
-from strixlm.worker.cuda_graphs import DecodeGraphs, capture_sizes
 from strixlm.worker.input_batch import InputBuffers, gather_inputs
 from strixlm.worker.mixed_graphs import MixedGraphs, mixed_buckets
 from strixlm.worker.states import RequestStateTable
@@ -37,30 +36,7 @@ def make_llm(folder: str, graphs: bool) -> LLM:
         enable_prefix_caching=False,
     )
     if graphs:
-        r = llm.engine.core.runner
-        r.graphs = DecodeGraphs(
-            r.model,
-            r.table,
-            r.buffers,
-            r.model_state,
-            r.block_size,
-            r.max_model_len,
-            capture_sizes(MAX_NUM_SEQS),
-            cuda_graphs=False,
-        )
-        r.graphs.capture()
-        r.mixed_graphs = MixedGraphs(
-            r.model,
-            r.table,
-            r.buffers,
-            r.model_state,
-            r.block_size,
-            r.max_model_len,
-            MAX_NUM_SEQS,
-            [16, 32],
-            cuda_graphs=False,
-        )
-        r.mixed_graphs.capture()
+        llm.engine.core.runner.capture_cuda_graphs(capture=False)
     return llm
 
 

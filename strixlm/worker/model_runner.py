@@ -246,10 +246,13 @@ class ModelRunner:
             layer.state_group = layout.mamba[i].group - first_mamba_group
         self.zeroer = BlockZeroer(self.pool, layout, self.device)
 
-    def capture_cuda_graphs(self) -> None:
+    def capture_cuda_graphs(self, capture: bool = True) -> None:
         """Decode graphs need the device-only Triton attention; else steps run eagerly.
-        Hybrid models replay their Mamba state slots from static buffers too."""
-        if self.config.enforce_eager or not self.device.startswith("cuda"):
+        Hybrid models replay their Mamba state slots from static buffers too.
+        capture=False builds the same graph paths without capturing (any device): each
+        "replay" runs the model on the capture-time metadata, which is how CPU tests check
+        that every input of the graph path is refreshed in place."""
+        if capture and (self.config.enforce_eager or not self.device.startswith("cuda")):
             return
         backend = type(self.attn_layers[0].attn) if self.attn_layers else None
         if backend is not None and not getattr(backend, "graph_safe", False):
@@ -263,6 +266,7 @@ class ModelRunner:
             self.block_size,
             self.max_model_len,
             capture_sizes(self.config.scheduler.max_num_seqs),
+            cuda_graphs=capture,
             upcast_logits=self.upcast_logits,
         )
         self.graphs.capture()
@@ -278,6 +282,7 @@ class ModelRunner:
                 self.max_model_len,
                 sc.max_num_seqs,
                 mixed_buckets(sc.max_num_batched_tokens, self.buffers.input_ids.numel()),
+                cuda_graphs=capture,
                 upcast_logits=self.upcast_logits,
                 pool=self.graphs.pool,
             )
