@@ -1,10 +1,10 @@
 """The CUDA-graph decode path of hybrid (NemotronH) models, run on CPU without capturing.
 
-The runner's capture_cuda_graphs(capture=False) builds each padded size's metadata once, as a capture does,
-and every "replay" calls the model on those objects; only the static buffers are refreshed
-per step. So a metadata tensor that is not refreshed in place gives wrong tokens here, as it
-would on the GPU. The attention runs the Triton kernels (the interpreter on CPU), the one
-backend graphs are captured with; HF transformers is the reference.
+The runner's capture_cuda_graphs(capture=False) builds each padded size's metadata once, as
+a capture does, and every "replay" calls the model on those objects; only the static buffers
+are refreshed per step. So a metadata tensor that is not refreshed in place gives wrong
+tokens here, as it would on the GPU. The attention runs the Triton kernels (the interpreter
+on CPU), the one backend graphs are captured with; HF transformers is the reference.
 """
 
 from __future__ import annotations

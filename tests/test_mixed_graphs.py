@@ -1,11 +1,11 @@
 """The CUDA-graph path for small mixed steps (prefill chunks beside decodes), run on CPU
 without capturing.
 
-The runner's capture_cuda_graphs(capture=False) builds each token bucket's metadata once, as a capture does,
-and every "replay" runs the model on those objects; only the persistent buffers are refreshed
-per step, so an input that is not refreshed in place gives wrong tokens here as it would on
-the GPU. Attention runs the Triton kernels (the interpreter), the backend graphs capture.
-HF transformers is the reference.
+The runner's capture_cuda_graphs(capture=False) builds each token bucket's metadata once, as
+a capture does, and every "replay" runs the model on those objects; only the persistent
+buffers are refreshed per step, so an input that is not refreshed in place gives wrong
+tokens here as it would on the GPU. Attention runs the Triton kernels (the interpreter), the
+backend graphs capture. HF transformers is the reference.
 """
 
 from __future__ import annotations
