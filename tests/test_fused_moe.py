@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import sys
 
 # Set before triton is imported: @triton.jit picks the interpreter at decoration time.
 os.environ["TRITON_INTERPRET"] = "1"
@@ -15,22 +14,9 @@ os.environ["TRITON_INTERPRET"] = "1"
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from aot_compile import assert_compiles  # noqa: E402
+from interpreted_triton import reimport_interpreted  # noqa: E402
 
-
-def _interpreted_triton() -> None:
-    """As in test_triton_fused.py: if triton was already imported compiled (a CUDA machine,
-    or an earlier module), drop its Python side and our kernel module so both re-import
-    under the interpreter and take CPU tensors."""
-    std = sys.modules.get("triton.language.standard")
-    if std is None or type(getattr(std, "cdiv", None)).__name__ != "JITFunction":
-        return
-    for name in list(sys.modules):
-        if name == "triton" or (name.startswith("triton.") and not name.startswith("triton._C")):
-            del sys.modules[name]
-    sys.modules.pop("strixlm.kernels.fused_moe", None)
-
-
-_interpreted_triton()
+reimport_interpreted("strixlm.kernels.fused_moe")
 pytest.importorskip("triton", reason="triton is not installed")
 
 from transformers import NemotronHConfig, Qwen3MoeConfig  # noqa: E402
@@ -44,7 +30,7 @@ from transformers.models.qwen3_moe.modeling_qwen3_moe import (  # noqa: E402
 )
 
 # import_module, not "from strixlm.kernels import fused_moe": the latter would hand back a
-# stale compiled module still attached to the package after _interpreted_triton().
+# stale compiled module still attached to the package after reimport_interpreted().
 fm = importlib.import_module("strixlm.kernels.fused_moe")
 from strixlm.layers.moe import (  # noqa: E402
     FusedMoE,

@@ -1,4 +1,4 @@
-"""The CUDA-graph path for small mixed steps (prefill chunks beside decodes), run on CPU
+"""The CUDA-graph path for steps with prefill (prefill chunks beside decodes), run on CPU
 without capturing.
 
 The runner's capture_cuda_graphs(capture=False) builds each token bucket's metadata once, as

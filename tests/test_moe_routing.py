@@ -10,29 +10,17 @@ import os
 os.environ["TRITON_INTERPRET"] = "1"
 
 import importlib  # noqa: E402
-import sys  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from interpreted_triton import reimport_interpreted  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Conversion of an array with ndim:DeprecationWarning"
 )
 
 
-def _interpreted_triton() -> None:
-    """If triton was already imported compiled (a CUDA machine, or an earlier test module),
-    drop its Python side and the routing kernel module so both re-import interpreted."""
-    std = sys.modules.get("triton.language.standard")
-    if std is None or type(getattr(std, "cdiv", None)).__name__ != "JITFunction":
-        return
-    for name in list(sys.modules):
-        if name == "triton" or (name.startswith("triton.") and not name.startswith("triton._C")):
-            del sys.modules[name]
-    sys.modules.pop("strixlm.kernels.moe_routing", None)
-
-
-_interpreted_triton()
+reimport_interpreted("strixlm.kernels.moe_routing")
 pytest.importorskip("triton", reason="triton is not installed")
 mr = importlib.import_module("strixlm.kernels.moe_routing")
 

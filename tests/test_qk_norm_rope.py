@@ -17,13 +17,13 @@ import os
 os.environ["TRITON_INTERPRET"] = "1"
 
 import importlib  # noqa: E402
-import sys  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from aot_compile import assert_compiles  # noqa: E402
+from interpreted_triton import reimport_interpreted  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Conversion of an array with ndim:DeprecationWarning"
@@ -37,20 +37,7 @@ _KERNEL_MODULES = (
 )
 
 
-def _fresh_interpreted_triton() -> None:
-    """Re-import triton and our kernels interpreted if an earlier test module imported them
-    compiled (see tests/test_triton_fused.py for the details)."""
-    std = sys.modules.get("triton.language.standard")
-    if std is None or type(getattr(std, "cdiv", None)).__name__ != "JITFunction":
-        return
-    for name in list(sys.modules):
-        if name == "triton" or (name.startswith("triton.") and not name.startswith("triton._C")):
-            del sys.modules[name]
-    for name in _KERNEL_MODULES:
-        sys.modules.pop(name, None)
-
-
-_fresh_interpreted_triton()
+reimport_interpreted(*_KERNEL_MODULES)
 pytest.importorskip("triton", reason="triton is not installed")
 k_fused, k_norm, k_rot, k_kvw = (importlib.import_module(n) for n in _KERNEL_MODULES)
 import triton.language as tl  # noqa: E402

@@ -12,10 +12,10 @@ import os
 os.environ["TRITON_INTERPRET"] = "1"
 
 import importlib  # noqa: E402
-import sys  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from interpreted_triton import reimport_interpreted  # noqa: E402
 
 # The interpreter itself trips a numpy deprecation on every loop bound; not ours to fix.
 pytestmark = pytest.mark.filterwarnings(
@@ -29,26 +29,7 @@ _KERNEL_MODULES = (
 )
 
 
-def _fresh_interpreted_triton() -> None:
-    """Make sure triton and our kernel modules run under the interpreter.
-
-    @triton.jit picks the interpreter when a function is decorated, triton's own
-    triton.language helpers included. If an earlier test module imported triton (say, via
-    the model runner) before TRITON_INTERPRET was set, drop the Python side of triton and
-    our kernel modules from sys.modules so they are imported again, interpreted. (Setting
-    TRITON_INTERPRET=1 in conftest.py on CPU-only machines would make this unnecessary.)
-    """
-    std = sys.modules.get("triton.language.standard")
-    if std is None or type(getattr(std, "cdiv", None)).__name__ != "JITFunction":
-        return
-    for name in list(sys.modules):
-        if name == "triton" or (name.startswith("triton.") and not name.startswith("triton._C")):
-            del sys.modules[name]
-    for name in _KERNEL_MODULES:
-        sys.modules.pop(name, None)
-
-
-_fresh_interpreted_triton()
+reimport_interpreted(*_KERNEL_MODULES)
 pytest.importorskip("triton", reason="triton is not installed")
 k_norm, k_act, k_rot = (importlib.import_module(n) for n in _KERNEL_MODULES)
 
