@@ -16,6 +16,7 @@ import torch
 
 from strixlm.engine.request import Request
 from strixlm.engine.thinking_budget import MAX_MARKER_TOKENS, ThinkingBudgetTracker
+from strixlm.worker.host_copy import to_device
 
 T = MAX_MARKER_TOKENS
 # Scalar columns, in this order, in `ThinkingBudgetTable.cols`.
@@ -97,7 +98,6 @@ class ThinkingBudgetTable:
 
     def __init__(self, num_rows: int, device: str) -> None:
         self.device = device
-        self.pin = device.startswith("cuda")
         self.cols_cpu = np.zeros((len(_COLS), num_rows), dtype=np.int64)
         self.cols_cpu[BUDGET] = -1
         self.ids_cpu = np.full((3, num_rows, T), -1, dtype=np.int64)
@@ -135,15 +135,9 @@ class ThinkingBudgetTable:
             return
         rows = np.asarray(self._pending)
         self._pending.clear()
-        idx = self._to_device(rows)
-        self.cols.index_copy_(1, idx, self._to_device(self.cols_cpu[:, rows]))
-        self.ids.index_copy_(1, idx, self._to_device(self.ids_cpu[:, rows]))
-
-    def _to_device(self, a: np.ndarray) -> torch.Tensor:
-        t = torch.from_numpy(np.ascontiguousarray(a))
-        if self.pin:
-            t = t.pin_memory()
-        return t.to(self.device, non_blocking=True)
+        idx = to_device(rows, self.device)
+        self.cols.index_copy_(1, idx, to_device(self.cols_cpu[:, rows], self.device))
+        self.ids.index_copy_(1, idx, to_device(self.ids_cpu[:, rows], self.device))
 
     def any_budget(self, rows: np.ndarray) -> bool:
         """Host-side check (mirrors only): does any of these rows have a budget?"""

@@ -25,6 +25,7 @@ from strixlm.sample.metadata import SamplingMetadata
 from strixlm.sample.sampler import Sampler
 from strixlm.sample.triton_sampler import TritonSampler, compute_token_logprobs
 from strixlm.worker.cuda_graphs import DecodeGraphs, capture_sizes
+from strixlm.worker.host_copy import to_device
 from strixlm.worker.input_batch import InputBuffers, gather_inputs
 from strixlm.worker.mixed_graphs import MixedGraphs, mixed_buckets
 from strixlm.worker.model_states.block_zeroing import BlockZeroer
@@ -346,7 +347,9 @@ class ModelRunner:
                 return StepHandle([], [], None)  # prefill chunks only: nothing to sample
             if not all_sample:
                 logits = logits[
-                    self._to_device([i for i, s in enumerate(batch.sample_mask) if s]).long()
+                    to_device(
+                        [i for i, s in enumerate(batch.sample_mask) if s], self.device, torch.int32
+                    ).long()
                 ]
         else:
             md = self.model_state.prepare(self.table, batch)
@@ -358,14 +361,14 @@ class ModelRunner:
             if all_sample:
                 idx_dev = batch.query_start_loc[1 : batch.num_reqs + 1] - 1
             else:
-                idx_dev = self._to_device(idx)
+                idx_dev = to_device(idx, self.device, torch.int32)
             logits = self.model.compute_logits(hidden[idx_dev.long()], self.upcast_logits)
         if not idx:
             return StepHandle([], [], None, prompt_lp)
         if all_sample:
             rows_dev = batch.rows_dev[: batch.num_reqs]
         else:
-            rows_dev = self._to_device(sample_rows)
+            rows_dev = to_device(sample_rows, self.device, torch.int32)
         out = self.sampler(logits, self._sampling_metadata(sample_rows, rows_dev))
         self.table.append_sampled(sample_rows, rows_dev, out.sampled_token_ids)
         infos = [self.table.info[r] for r in sample_rows]
@@ -443,12 +446,6 @@ class ModelRunner:
                 )
             ).result()
             self.execute(SchedulerOutput(finished_req_ids={rid}))
-
-    def _to_device(self, values: list[int]) -> torch.Tensor:
-        t = torch.tensor(values, dtype=torch.int32)
-        if self.device.startswith("cuda"):
-            t = t.pin_memory()
-        return t.to(self.device, non_blocking=True)
 
     def _sampling_metadata(self, rows: list[int], rows_dev: torch.Tensor) -> SamplingMetadata:
         table = self.table

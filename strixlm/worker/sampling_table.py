@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from strixlm.sample.metadata import SAMPLING_EPS, SamplingMetadata
+from strixlm.worker.host_copy import to_device
 from strixlm.worker.states import RowInfo
 
 _FLOAT_COLS = ("temperature", "top_p", "min_p", "presence", "frequency", "repetition")
@@ -21,7 +22,6 @@ class SamplingTable:
     def __init__(self, num_rows: int, vocab_size: int, device: str) -> None:
         self.vocab_size = vocab_size
         self.device = device
-        self.pin = device.startswith("cuda")
         self.f = torch.zeros(len(_FLOAT_COLS), num_rows, dtype=torch.float32, device=device)
         self.i = torch.zeros(len(_INT_COLS), num_rows, dtype=torch.int64, device=device)
         self.f_cpu = np.zeros((len(_FLOAT_COLS), num_rows), dtype=np.float32)
@@ -53,15 +53,9 @@ class SamplingTable:
             return
         rows = np.asarray(self._pending)
         self._pending.clear()
-        idx = self._to_device(rows)
-        self.f.index_copy_(1, idx, self._to_device(self.f_cpu[:, rows]))
-        self.i.index_copy_(1, idx, self._to_device(self.i_cpu[:, rows]))
-
-    def _to_device(self, a: np.ndarray) -> torch.Tensor:
-        t = torch.from_numpy(np.ascontiguousarray(a))
-        if self.pin:
-            t = t.pin_memory()
-        return t.to(self.device, non_blocking=True)
+        idx = to_device(rows, self.device)
+        self.f.index_copy_(1, idx, to_device(self.f_cpu[:, rows], self.device))
+        self.i.index_copy_(1, idx, to_device(self.i_cpu[:, rows], self.device))
 
     def metadata(
         self,

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from strixlm.engine.request import Request, SamplingParams
+from strixlm.worker.host_copy import to_device
 
 
 @dataclass
@@ -49,7 +50,6 @@ class RequestStateTable:
         self.max_num_reqs = max_num_reqs
         self.max_model_len = max_model_len
         self.device = device
-        self.pin = device.startswith("cuda")
         n = max_num_reqs + 1  # + the dummy row
         self.dummy_row = max_num_reqs
         # +1 column: a request at max_model_len still gets its last sampled token stored.
@@ -75,19 +75,15 @@ class RequestStateTable:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def _to_device(self, values: list[int] | np.ndarray, dtype=torch.int32) -> torch.Tensor:
-        t = torch.as_tensor(np.asarray(values), dtype=dtype)
-        if self.pin:
-            t = t.pin_memory()
-        return t.to(self.device, non_blocking=True)
-
     def add(self, request: Request, block_ids: list[list[int]], num_computed: int) -> int:
         if request.request_id in self.rows:
             raise RuntimeError(f"request {request.request_id} already has a row")
         row = self._free_rows.pop()
         self.rows[request.request_id] = row
         toks = request.all_token_ids
-        self.token_ids[row, : len(toks)].copy_(self._to_device(toks), non_blocking=True)
+        self.token_ids[row, : len(toks)].copy_(
+            to_device(toks, self.device, torch.int32), non_blocking=True
+        )
         self.num_tokens_cpu[row] = len(toks)
         self.num_computed_cpu[row] = num_computed
         self.num_blocks[:, row] = 0
@@ -110,13 +106,15 @@ class RequestStateTable:
     def flush(self, new_rows: list[int]) -> None:
         """Send this step's deltas: counts of new rows and new block-table entries."""
         if new_rows:
-            idx = self._to_device(new_rows, torch.int64)
+            idx = to_device(new_rows, self.device, torch.int64)
             vals = np.stack([self.num_computed_cpu[new_rows], self.num_tokens_cpu[new_rows]])
-            v = self._to_device(vals)
+            v = to_device(vals, self.device, torch.int32)
             self.num_computed.index_copy_(0, idx, v[0])
             self.num_tokens.index_copy_(0, idx, v[1])
         if self._pending_blocks:
-            p = self._to_device(np.array(self._pending_blocks, dtype=np.int64).T, torch.int64)
+            p = to_device(
+                np.array(self._pending_blocks, dtype=np.int64).T, self.device, torch.int64
+            )
             self.block_table.index_put_((p[0], p[1], p[2]), p[3].to(torch.int32))
             self._pending_blocks.clear()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from strixlm.layers.attention.metadata import AttentionMetadata
+from strixlm.worker.host_copy import to_device
 from strixlm.worker.input_batch import InputBatch
 from strixlm.worker.model_states.base import ModelState
 from strixlm.worker.states import RequestStateTable
@@ -16,12 +17,6 @@ class DefaultModelState(ModelState):
         self.device = device
         # Only the torch backend batches decode rows by index; others skip the copy.
         self.decode_rows = decode_rows
-
-    def _to_device(self, values: list[int]) -> torch.Tensor:
-        t = torch.tensor(values, dtype=torch.int64)
-        if self.device.startswith("cuda"):
-            t = t.pin_memory()
-        return t.to(self.device, non_blocking=True)
 
     def prepare(
         self,
@@ -52,7 +47,7 @@ class DefaultModelState(ModelState):
             seq_lens_cpu=batch.seq_lens,
             max_query_len=max(batch.query_lens, default=1),
             max_seq_len=max_seq,
-            decode_rows=self._to_device(decode) if decode else None,
+            decode_rows=to_device(decode, self.device, torch.int64) if decode else None,
             max_decode_seq_len=max((batch.seq_lens[i] for i in decode), default=0),
             seq_order=batch.seq_order,
         )

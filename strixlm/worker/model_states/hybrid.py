@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from strixlm.layers.mamba2 import HybridMetadata, Mamba2Mixer, MambaMetadata
+from strixlm.worker.host_copy import to_device
 from strixlm.worker.input_batch import InputBatch
 from strixlm.worker.model_states.base import ModelState
 from strixlm.worker.model_states.default import DefaultModelState
@@ -62,12 +63,6 @@ class HybridModelState(ModelState):
         self.device = device
         self.mamba_groups = mamba_groups  # [first, end) group indices
 
-    def _to_device(self, values: list, dtype: torch.dtype = torch.bool) -> torch.Tensor:
-        t = torch.tensor(values, dtype=dtype)
-        if self.device.startswith("cuda"):
-            t = t.pin_memory()
-        return t.to(self.device, non_blocking=True)
-
     def _state_source(self, table: RequestStateTable) -> torch.Tensor:
         """[num_mamba_groups, rows] view: each row's state block in each Mamba group."""
         first, end = self.mamba_groups
@@ -86,7 +81,7 @@ class HybridModelState(ModelState):
             num_tokens=batch.num_tokens_padded,
             query_start_loc=batch.query_start_loc,
             state_indices=state_indices,
-            has_initial_state=self._to_device(has_state),
+            has_initial_state=to_device(has_state, self.device, torch.bool),
             is_decode=all(has_state) and max(batch.query_lens, default=1) == 1,
         )
         return HybridMetadata(attn, mamba)
@@ -136,7 +131,7 @@ class HybridModelState(ModelState):
         fresh = fresh_rows(batch)
         if not fresh:
             return 0
-        cols = self._to_device(fresh, torch.int64)
+        cols = to_device(fresh, self.device, torch.int64)
         slots = md.mamba.state_indices.index_select(1, cols).long()  # [groups, fresh]
         for layer in layers:
             idx = slots[layer.state_group]
