@@ -13,23 +13,9 @@
 #   check  check_nemotron.py (tiny models on CUDA: graphs vs eager vs HF tokens, zeroing)
 #          and check_mamba.py --quick (kernels at Nano shapes; the state-view fix)
 # Usage (repo root, GPU machine): bash benchmarks/gpu/run_nemotron.sh [sections...]
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-export PYTHONPATH=$PWD
-if ls .whl/*.whl >/dev/null 2>&1; then  # serving extras (not needed here; as run_issue3.sh)
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl 2>/dev/null && export PYTHONPATH=$PWD:/tmp/site
-fi
 SECTIONS=${*:-mem bench tp}
 HF_SUBSET=${HF_SUBSET:-16}
-has() { [[ " $SECTIONS " == *" $1 "* ]]; }
-run() {  # name, time limit (s), command...
-  local name=$1 limit=$2; shift 2
-  echo "=== $name (limit ${limit}s)"; local t0=$SECONDS
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
-  grep -v -i -E "warn|it/s\]|^\s*$" "$OUT/$name.log" | tail -n 40
-  echo "--- $name: exit $rc after $((SECONDS - t0))s (124 = timed out)"
-}
+source benchmarks/gpu/lib.sh
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null
 if has mem; then
   run mem 30 python benchmarks/gpu/check_nemotron.py --memory-only

@@ -15,23 +15,8 @@
 #   gemm    decode GEMMs at batch 64-256: cuBLAS vs weight layout vs split-K Triton, and
 #           the roofline (bench_decode_gemm.py; an experiment for issue 3's next lever)
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl 2>/dev/null && export PYTHONPATH=$PWD:/tmp/site
-else
-  export PYTHONPATH=$PWD
-fi
 SECTIONS=${*:-checks}
-has() { [[ " $SECTIONS " == *" $1 "* ]]; }
-run() {  # name, time limit (s), command...
-  local name=$1 limit=$2; shift 2
-  echo "=== $name"; local t0=$SECONDS
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
-  grep -v -i -E "warn|it/s\]|^\s*$" "$OUT/$name.log" | tail -n 30
-  echo "--- $name: exit $rc after $((SECONDS - t0))s"
-}
+source benchmarks/gpu/lib.sh
 TP="python -m strixlm.benchmarks.throughput --dtype bfloat16 --device cuda --no-tqdm"
 if has checks; then
   run glue 90 python benchmarks/gpu/check_glue_kernels.py

@@ -1,0 +1,18 @@
+# Shared by the run_*.sh device scripts (source it from the repo root, after SECTIONS is set):
+# $OUT, PYTHONPATH with the serving wheels from .whl/ when present, has SECTION, and
+# run NAME LIMIT CMD... (log to $OUT/NAME.log, print its tail and the exit status).
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+export PYTHONPATH=$PWD
+if ls .whl/*.whl >/dev/null 2>&1; then  # fastapi, uvicorn, pydantic, gguf (not on the card)
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl 2>/dev/null && export PYTHONPATH=$PWD:/tmp/site
+fi
+has() { [[ " $SECTIONS " == *" $1 "* ]]; }
+run() {  # name, time limit (s), command...
+  local name=$1 limit=$2; shift 2
+  echo "=== $name (limit ${limit}s)"; local t0=$SECONDS
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+  grep -v -i -E "warn|it/s\]|^\s*$" "$OUT/$name.log" | tail -n 40
+  echo "--- $name: exit $rc after $((SECONDS - t0))s (124 = timed out)"
+}
