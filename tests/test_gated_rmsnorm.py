@@ -41,13 +41,20 @@ def test_kernel_matches_reference(case):
     assert (got.float() - ref.float()).abs().max().item() <= tol
 
 
-def test_reference_is_the_layer_torch_path():
+def test_reference_is_hf_gated_norm():
+    """The torch reference (and so the layer's CPU path) against HF transformers' own
+    NemotronHRMSNormGated, bit for bit; the gate matters and groups are separate."""
+    from transformers.models.nemotron_h.modeling_nemotron_h import NemotronHRMSNormGated
+
     x, z, w = _inputs(6, 64, torch.bfloat16, seed=3)
+    hf = NemotronHRMSNormGated(64, 16, 1e-6).to(torch.bfloat16)
     layer = GatedGroupRMSNorm(64, 16, 1e-6).to(torch.bfloat16)
     with torch.no_grad():
+        hf.weight.copy_(w)
         layer.weight.copy_(w)
-    assert torch.equal(layer(x, z), gated_rmsnorm_ref(x, z, w, 16, 1e-6))
-    # The gate matters and groups are normalised separately.
+        want = hf(x, z)
+        assert torch.equal(gated_rmsnorm_ref(x, z, w, 16, 1e-6), want)
+        assert torch.equal(layer(x, z), want)
     y = gated_rmsnorm_ref(x.float(), z.float(), w.float(), 16, 1e-6)
     y0 = gated_rmsnorm_ref(x.float(), torch.zeros_like(z.float()), w.float(), 16, 1e-6)
     assert not torch.allclose(y, y0)
