@@ -115,12 +115,12 @@ def triton_backend(scale_fp8: bool, num_splits=None) -> TritonPagedAttention:
     return be
 
 
-def attn_call(q, cache, md, fp8: bool, config=None, num_splits=None):
+def attn_call(q, cache, md, fp8: bool, config=None, num_splits=None, seq_order=None):
     s = FP8_SCALE if fp8 else 1.0
     return lambda: pa.paged_attention(
         q, cache, md.query_start_loc, md.seq_lens, md.block_table, SCALE,
         max_query_len=md.max_query_len, max_seq_len=md.max_seq_len,
-        k_scale=s, v_scale=s, config=config, num_splits=num_splits,
+        k_scale=s, v_scale=s, config=config, num_splits=num_splits, seq_order=seq_order,
     )  # fmt: skip
 
 

@@ -55,14 +55,6 @@ SHAPES = [
 ]
 
 
-def ordered_call(q, cache, md, cfg, order):
-    """paged_attention over a decode batch, sequences taken in the given order."""
-    return lambda: pa.paged_attention(
-        q, cache, md.query_start_loc, md.seq_lens, md.block_table, 0.088,
-        max_query_len=1, max_seq_len=md.max_seq_len, config=cfg, seq_order=order,
-    )  # fmt: skip
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
@@ -90,7 +82,7 @@ def main() -> None:
         # The engine's order: longest context first (gather_inputs' seq_order).
         order = torch.tensor(sorted(range(b), key=lambda i: -ctxs[i]), dtype=torch.int32)
         order = order.to(q.device)
-        t_ordered = graph_time_us(ordered_call(q, cache, md, heur, order))
+        t_ordered = graph_time_us(attn_call(q, cache, md, False, heur, seq_order=order))
         splits = sorted({1, 2, 4, heur.num_splits} | ({8, 16} if b <= 32 else set()))
         cfgs = [
             pa.AttnConfig(16, tile, w, st, sp)
