@@ -21,7 +21,13 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from strixlm.router.api_config import dump_config, dump_yaml, parse_posted
+from strixlm.router.api_config import (
+    config_error,
+    dump_config,
+    dump_yaml,
+    parse_posted,
+    saved_config_response,
+)
 from strixlm.router.api_errors import APIError, json_body, require_object
 from strixlm.router.cli import summarize
 from strixlm.router.config import RouterConfigError
@@ -175,26 +181,14 @@ def build_api(runtime: RouterRuntime) -> APIRouter:
             cfg = parse_posted(await raw.body(), raw.headers.get("content-type", ""), current.cfg)
             state = await runtime.reload(cfg, current.source)
         except RouterConfigError as e:
-            n = len(e.messages)
-            raise APIError(
-                f"invalid config ({n} problem{'s' if n != 1 else ''}): " + "; ".join(e.messages),
-                code="invalid_config",
-                extra={"problems": e.messages},
-            ) from None
+            raise config_error(e) from None
         written = None
         if persist:
             if state.source is None:
                 raise APIError("persist=true needs a router started with --config FILE")
             Path(state.source).write_text(dump_yaml(cfg))
             written = state.source
-        return JSONResponse(
-            {
-                "status": "ok",
-                "version": state.version,
-                "summary": summarize(cfg),
-                "written": written,
-            }
-        )
+        return saved_config_response(state.version, cfg, written)
 
     @api.post("/feedback")
     async def feedback(raw: Request) -> JSONResponse:

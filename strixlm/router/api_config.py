@@ -6,7 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
+from fastapi.responses import JSONResponse
 
+from strixlm.router.api_errors import APIError
+from strixlm.router.cli import summarize
 from strixlm.router.config import RouterConfig, RouterConfigError, validate_data
 
 REDACTED = "***redacted***"
@@ -54,3 +57,20 @@ def parse_posted(body: bytes, content_type: str, current: RouterConfig) -> Route
 def dump_yaml(cfg: RouterConfig) -> str:
     data = cfg.model_dump(mode="json", by_alias=True, exclude_none=True)
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+def config_error(e: RouterConfigError) -> APIError:
+    """A rejected config as an OpenAI-style 400: one line per problem, and the list."""
+    n = len(e.messages)
+    return APIError(
+        f"invalid config ({n} problem{'s' if n != 1 else ''}): " + "; ".join(e.messages),
+        code="invalid_config",
+        extra={"problems": e.messages},
+    )
+
+
+def saved_config_response(version: int, cfg: RouterConfig, written: str | None) -> JSONResponse:
+    """The answer to a config that was loaded (and maybe written to its file)."""
+    return JSONResponse(
+        {"status": "ok", "version": version, "summary": summarize(cfg), "written": written}
+    )

@@ -24,7 +24,13 @@ import yaml
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from strixlm.router.api_config import REDACTED, parse_posted
+from strixlm.router.api_config import (
+    REDACTED,
+    config_error,
+    dump_yaml,
+    parse_posted,
+    saved_config_response,
+)
 from strixlm.router.api_errors import APIError, json_body, require_object
 from strixlm.router.cli import summarize
 from strixlm.router.config import (
@@ -40,15 +46,6 @@ from strixlm.router.topology import build_topology
 
 YAML_TYPE = "application/yaml"
 REPLAY_FILE = "router_replay.sqlite"  # next to the config file that setup writes
-
-
-def config_error(e: RouterConfigError) -> APIError:
-    n = len(e.messages)
-    return APIError(
-        f"invalid config ({n} problem{'s' if n != 1 else ''}): " + "; ".join(e.messages),
-        code="invalid_config",
-        extra={"problems": e.messages},
-    )
 
 
 def compact_yaml(cfg: RouterConfig) -> str:
@@ -152,19 +149,10 @@ def build_dashboard_api(runtime: RouterRuntime) -> APIRouter:
             text = _posted_text(body)
             # The text as typed keeps its comments; a redacted key would be lost, so dump then.
             if REDACTED in text:
-                text = yaml.safe_dump(
-                    cfg.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=False
-                )
+                text = dump_yaml(cfg)
             await asyncio.to_thread(Path(state.source).write_text, text)
             written = state.source
-        return JSONResponse(
-            {
-                "status": "ok",
-                "version": state.version,
-                "summary": summarize(cfg),
-                "written": written,
-            }
-        )
+        return saved_config_response(state.version, cfg, written)
 
     @api.get("/topology")
     async def topology() -> JSONResponse:
