@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -10,6 +11,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -108,3 +111,27 @@ class RemoteServer(CliServer):
 
     def __init__(self, model: str | None, *args: str, timeout: float = 300.0) -> None:
         super().__init__(["serve", *([model] if model else []), *args], timeout=timeout)
+
+
+@contextlib.contextmanager
+def openai_clients(
+    model_dir: str, servers: dict[str, tuple[str, ...]], common: tuple[str, ...]
+) -> Iterator[dict]:
+    """Start one `strixlm serve` per entry (name -> extra flags) together, each loading its
+    own engine process, and yield an `openai` client per name; stop them all afterwards."""
+    import openai
+
+    with ThreadPoolExecutor(len(servers)) as pool:
+        futures = {
+            name: pool.submit(RemoteServer, model_dir, *args, *common)
+            for name, args in servers.items()
+        }
+        started = {name: f.result() for name, f in futures.items()}
+    try:
+        yield {
+            name: openai.OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0)
+            for name, srv in started.items()
+        }
+    finally:
+        for srv in started.values():
+            srv.close()

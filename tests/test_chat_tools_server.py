@@ -29,7 +29,7 @@ from scripted_model import (
     WRITE_FILE_TOOL,
     scripted_model_dir,
 )
-from server_utils import RemoteServer
+from server_utils import openai_clients
 
 from strixlm.entrypoints.cli import build_parser, engine_config_from_args, main
 
@@ -97,19 +97,8 @@ def model_dir(smollm2_dir) -> str:
 
 @pytest.fixture(scope="module")
 def clients(model_dir):
-    # Started together: each loads its own engine process.
-    with ThreadPoolExecutor(len(SERVERS)) as pool:
-        futures = {
-            name: pool.submit(RemoteServer, model_dir, *args, *COMMON)
-            for name, args in SERVERS.items()
-        }
-        servers = {name: f.result() for name, f in futures.items()}
-    yield {
-        name: openai.OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0)
-        for name, srv in servers.items()
-    }
-    for srv in servers.values():
-        srv.close()
+    with openai_clients(model_dir, SERVERS, COMMON) as clients:
+        yield clients
 
 
 def chat(client: openai.OpenAI, messages, **kw):

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import openai
 import pytest
 from scripted_model import MATH, SCRIPTS, scripted_model_dir
-from server_utils import RemoteServer
+from server_utils import openai_clients
 from transformers import AutoTokenizer
 
 from strixlm.engine.thinking_budget import ReasoningMarkers
@@ -37,18 +37,8 @@ def tok(model_dir):
 
 @pytest.fixture(scope="module")
 def clients(model_dir):
-    with ThreadPoolExecutor(len(SERVERS)) as pool:
-        futures = {
-            name: pool.submit(RemoteServer, model_dir, *args, *COMMON)
-            for name, args in SERVERS.items()
-        }
-        servers = {name: f.result() for name, f in futures.items()}
-    yield {
-        name: openai.OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0)
-        for name, srv in servers.items()
-    }
-    for srv in servers.values():
-        srv.close()
+    with openai_clients(model_dir, SERVERS, COMMON) as clients:
+        yield clients
 
 
 def chat(client: openai.OpenAI, budget=None, template_kwargs=None, **kw):
