@@ -435,8 +435,10 @@ class ModelRunner:
         from strixlm.core.scheduler import NewRequestData
         from strixlm.engine.request import Request, SamplingParams
 
+        # Never longer than one step may be: the input buffers hold the token budget.
+        budget = self.config.scheduler.max_num_batched_tokens
         for i, n in enumerate((48, 600)):
-            n = min(n, self.max_model_len - 1)
+            n = min(n, budget, self.max_model_len - 1)
             rid = f"__warmup_{i}__"
             req = Request(rid, [0] * n, SamplingParams(max_tokens=1))
             blocks = [list(range(1, 1 + -(-n // self.block_size)))]
