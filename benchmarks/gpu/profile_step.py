@@ -135,6 +135,19 @@ def profile_prefill(engine, steps: int) -> None:
     s = io.StringIO()
     pstats.Stats(prof, stream=s).sort_stats("cumtime").print_stats(30)
     print(s.getvalue()[:7000])
+    # The device view of the same kind of step: which kernels fill it.
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as p:
+        for k in range(3):
+            for i in range(budget // 600):
+                engine.add_request(
+                    list(range(90000 + 700 * k + i, 90600 + 700 * k + i)),
+                    SamplingParams(temperature=0, max_tokens=1, ignore_eos=True),
+                    kind="delta",
+                )
+            core.step()
+        torch.cuda.synchronize()
+    print("##### kernels over 3 mixed steps")
+    print(p.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@
 #   qwen    the standard workload twice (the first warms Triton's cache), traced; then the
 #           online benchmark (500 x 512/128, burst)
 #   nano    Nemotron 3 Nano batch-1 latency (target 4 ms) and the standard workload
+#   prof    profile_step.py kernel tables at batch-256 decode and budget-sized prefill steps
 #   gemm    decode GEMMs at batch 64-256: cuBLAS vs weight layout vs split-K Triton, and
 #           the roofline (bench_decode_gemm.py; an experiment for issue 3's next lever)
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
@@ -36,6 +37,10 @@ fi
 if has nano; then
   run nano_latency 150 python benchmarks/gpu/bench_nemotron.py --sections latency
   run nano_tp 130 $TP --model nemotron-3-nano-30b-a3b --output-json "$OUT/nano_tp.json"
+fi
+if has prof; then  # kernel tables: decode at batch 256, and budget-sized prefill steps
+  run prof_decode 110 python benchmarks/gpu/profile_step.py --batch 256 --steps 20
+  run prof_prefill 110 python benchmarks/gpu/profile_step.py --prefill --steps 6
 fi
 if has gemm; then
   run gemm 150 python benchmarks/gpu/bench_decode_gemm.py --json "$OUT/gemm.json"
