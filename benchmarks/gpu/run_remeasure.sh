@@ -42,6 +42,16 @@ if has prof; then  # kernel tables: decode at batch 256, and budget-sized prefil
   run prof_decode 110 python benchmarks/gpu/profile_step.py --batch 256 --steps 20
   run prof_prefill 110 python benchmarks/gpu/profile_step.py --prefill --steps 6
 fi
+if has e2e; then
+  run e2e 240 python benchmarks/gpu/check_e2e.py
+fi
+if has overlap; then  # two half-batches on two streams vs one batch (layer skeleton)
+  run overlap 150 python benchmarks/gpu/bench_overlap.py --json "$OUT/overlap.json"
+fi
+if has nanowarm; then  # the first run fills Triton's cache, the second is the figure
+  run nano_tp_cold 130 $TP --model nemotron-3-nano-30b-a3b
+  run nano_tp_warm 130 $TP --model nemotron-3-nano-30b-a3b --output-json "$OUT/nano_tp_warm.json"
+fi
 if has gemm; then
   run gemm 150 python benchmarks/gpu/bench_decode_gemm.py --json "$OUT/gemm.json"
 fi
