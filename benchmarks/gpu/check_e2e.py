@@ -11,6 +11,7 @@ python benchmarks/gpu/check_e2e.py   (JSON to $OUT/check_e2e.json when OUT is se
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -121,6 +122,7 @@ def check_vs_hf() -> None:
                         f"mixed-step graph replays {mixed}"
                     )
                     del llm
+                    gc.collect()  # the engine holds reference cycles: free its KV cache now
                     torch.cuda.empty_cache()
                 except Exception:
                     traceback.print_exc()
@@ -165,6 +167,7 @@ def decode_latency() -> None:
             RESULTS[key] = {"ms_per_token": per_tok * 1e3, "tokens": n, "prompt": len(prompt)}
             print(f"{key:28s} {per_tok * 1e3:.3f} ms/token (batch 1, 512-token prompt)")
             del llm, engine
+            gc.collect()
             torch.cuda.empty_cache()
         except Exception:
             traceback.print_exc()

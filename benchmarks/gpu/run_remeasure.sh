@@ -42,6 +42,9 @@ if has prof; then  # kernel tables: decode at batch 256, and budget-sized prefil
   run prof_decode 110 python benchmarks/gpu/profile_step.py --batch 256 --steps 20
   run prof_prefill 110 python benchmarks/gpu/profile_step.py --prefill --steps 6
 fi
+if has prof1; then
+  run prof_b1 110 python benchmarks/gpu/profile_step.py --batch 1 --steps 50
+fi
 if has e2e; then
   run e2e 240 python benchmarks/gpu/check_e2e.py
 fi
