@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 import traceback
+import weakref
 
 import torch
 
@@ -101,7 +102,9 @@ def check_vs_hf() -> None:
                         attention_backend=backend,
                         enforce_eager=eager,
                         max_num_batched_tokens=512,
-                        gpu_memory_utilization=0.3,
+                        # A fixed pool: an engine sized by free memory would count a previous
+                        # engine's cache if that one is still alive (reported below).
+                        num_gpu_blocks_override=4096,
                     )
                     params = SamplingParams(temperature=0, max_tokens=n_out, ignore_eos=True)
                     outs = llm.generate(prompts, params, use_tqdm=False)
@@ -121,8 +124,11 @@ def check_vs_hf() -> None:
                         f"{key:28s} token match {rate:.4f}, exact {exact}/{len(prompts)}, "
                         f"mixed-step graph replays {mixed}"
                     )
-                    del llm
-                    gc.collect()  # the engine holds reference cycles: free its KV cache now
+                    alive = weakref.ref(runner)
+                    del llm, runner
+                    gc.collect()
+                    RESULTS[key]["engine_freed"] = alive() is None
+                    print(f"{key:28s} engine freed after del: {alive() is None}")
                     torch.cuda.empty_cache()
                 except Exception:
                     traceback.print_exc()
