@@ -15,6 +15,8 @@ import torch  # noqa: E402
 triton = pytest.importorskip("triton", reason="triton is not installed")
 tl = pytest.importorskip("triton.language")
 
+from aot_compile import assert_compiles  # noqa: E402
+
 from strixlm.kernels import sampler as kern  # noqa: E402
 from strixlm.sample.logprobs import gather_logprobs, raw_logprobs  # noqa: E402
 from strixlm.sample.metadata import SamplingMetadata, SamplingRow  # noqa: E402
@@ -99,6 +101,24 @@ def test_greedy_is_argmax(dtype: torch.dtype) -> None:
     assert out.sampled_token_ids.dtype == torch.int64
     assert torch.equal(out.sampled_token_ids, ref.sampled_token_ids)
     assert torch.equal(out.sampled_token_ids, logits.float().argmax(-1))
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_greedy_ties_take_the_first_index(num_splits: int) -> None:
+    """The all-greedy loop keeps a best per lane (tiles of 4 x 16 here): ties in one lane,
+    across lanes, across chunks, and a row of equal values all resolve to the lowest id."""
+    vocab = 300
+    logits = torch.randn(5, vocab).clamp(max=2.0)
+    logits[0, [5, 69, 133]] = 9.0  # one lane (64 apart), three tiles
+    logits[1, [100, 37, 290]] = 9.0  # different lanes and chunks
+    logits[2, 299] = 9.0  # the last token
+    logits[3] = 1.0  # all equal
+    logits[4, [250, 251]] = float("inf")
+    out, _, _, _ = run_both(
+        logits, [SamplingRow(temperature=0.0)] * 5, num_splits=num_splits, block=16
+    )
+    assert out.sampled_token_ids.tolist() == [5, 37, 299, 0, 250]
+    assert torch.equal(out.sampled_token_ids, logits.argmax(-1))
 
 
 @pytest.mark.parametrize("temperature", [0.3, 1.0, 2.5])
@@ -304,3 +324,25 @@ def test_cpu_without_interpreter_uses_the_reference(monkeypatch: pytest.MonkeyPa
 def test_empty_batch() -> None:
     out = TritonSampler()(torch.empty(0, 32), SamplingMetadata.build([], "cpu", 32))
     assert out.sampled_token_ids.shape == (0,)
+
+
+AOT = r"""
+from strixlm.kernels import sampler as m
+ptr = "*fp32"
+sig = dict(X="*bf16", xs="i32", ST="*i32", temp_ptr=ptr, topk_ptr="*i32", topp_ptr=ptr,
+           lmp_ptr=ptr, rep_ptr=ptr, freq_ptr=ptr, pres_ptr=ptr, seed_ptr="*i64",
+           pos_ptr="*i64", part_max_ptr=ptr, hist_ptr="*i32", tks_ptr="*i32", rowbuf_ptr=ptr,
+           mass_ptr=ptr, cnt_ptr="*i32", tps_ptr="*i32", tpf_ptr=ptr, out_val_ptr=ptr,
+           out_idx_ptr="*i32", thr_ptr=ptr, B="i32", V="i32", S="i32", CHUNK="i32")
+for greedy in (True, False):
+    c = dict(FILTER=not greedy, HAS_TOPK=not greedy, HAS_TOPP=not greedy, ALL_GREEDY=greedy,
+             HAS_STATS=False, HAS_PEN=False, PRECISE=True, BLOCK=1024, RS=16)
+    src = ASTSource(m.sample_kernel, {**sig, **{k: "constexpr" for k in c}}, c)
+    triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=8))
+print("compiled")
+"""
+
+
+def test_sample_kernel_compiles_for_sm90() -> None:
+    """The interpreter never compiles: both the all-greedy and the sampling loop must."""
+    assert_compiles(AOT)

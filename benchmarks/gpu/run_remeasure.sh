@@ -42,6 +42,13 @@ if has prof; then  # kernel tables: decode at batch 256, and budget-sized prefil
   run prof_decode 110 python benchmarks/gpu/profile_step.py --batch 256 --steps 20
   run prof_prefill 110 python benchmarks/gpu/profile_step.py --prefill --steps 6
 fi
+if has sampler; then  # the all-greedy argmax loop (per-lane best) at real shapes, timed
+  run sampler 150 python benchmarks/gpu/check_sampler.py
+fi
+if has tp; then  # the standard workload: warm-up run, then the figure
+  run tp_warm 100 $TP --model qwen3-0.6b
+  run tp 100 $TP --model qwen3-0.6b --output-json "$OUT/tp.json"
+fi
 if has prof1; then
   run prof_b1 110 python benchmarks/gpu/profile_step.py --batch 1 --steps 50
 fi

@@ -37,6 +37,7 @@ BIG = tl.constexpr(2**31 - 1)
 # Above the largest Gumbel value the hash can give: -log(-log(1 - 2**-24)) = 16.6355...
 GUMBEL_MAX = tl.constexpr(16.75)
 TK_BITS = 8  # top-k radix digit width: 4 passes
+GREEDY_TILES = tl.constexpr(4)  # tiles per step of the all-greedy argmax loop
 TP_BITS = 4  # top-p radix digit width: 8 passes
 
 
@@ -367,16 +368,32 @@ def sample_kernel(
             thr = tl.maximum(kth, m + tl.load(lmp_ptr + row))
         if sid == 0:
             tl.store(thr_ptr + row, thr)
-    key = _row_key(tl.load(seed_ptr + row), tl.load(pos_ptr + row))
-    best_v = tl.full([], float("-inf"), tl.float32)
-    best_i = start
-    for t in range(start, stop, BLOCK):
-        offs = t + tl.arange(0, BLOCK)
-        ok = offs < stop
-        s = _values(X, xs, ST, row, offs, ok, V, T, rep, freq, pres, HAS_STATS, HAS_PEN)
-        if ALL_GREEDY:
-            y = s
-        else:
+    if ALL_GREEDY:
+        # Argmax only: keep a running best per lane and reduce once at the end. A reduction
+        # per tile (below) serializes the loop on barriers; without it the wider tiles keep
+        # more loads in flight (the greedy pass read bf16 logits at ~1 TB/s before).
+        lane_v = tl.full([GREEDY_TILES * BLOCK], float("-inf"), tl.float32)
+        lane_i = tl.full([GREEDY_TILES * BLOCK], 0, tl.int32) + start
+        for t in range(start, stop, GREEDY_TILES * BLOCK):
+            offs = t + tl.arange(0, GREEDY_TILES * BLOCK)
+            ok = offs < stop
+            s = _values(X, xs, ST, row, offs, ok, V, T, rep, freq, pres, HAS_STATS, HAS_PEN)
+            s = tl.where(ok, s, float("-inf"))
+            better = s > lane_v  # strict: a lane keeps its earlier (lower) index on ties
+            lane_v = tl.where(better, s, lane_v)
+            lane_i = tl.where(better, offs, lane_i)
+        best_v = tl.max(lane_v, 0)
+        # The lowest index among the lanes at the max, as torch.argmax picks the first.
+        best_i = tl.min(tl.where(lane_v == best_v, lane_i, BIG), 0)
+        best_i = tl.where(best_i == BIG, start, best_i)
+    else:
+        key = _row_key(tl.load(seed_ptr + row), tl.load(pos_ptr + row))
+        best_v = tl.full([], float("-inf"), tl.float32)
+        best_i = start
+        for t in range(start, stop, BLOCK):
+            offs = t + tl.arange(0, BLOCK)
+            ok = offs < stop
+            s = _values(X, xs, ST, row, offs, ok, V, T, rep, freq, pres, HAS_STATS, HAS_PEN)
             if greedy:
                 y = s
             else:
@@ -387,12 +404,12 @@ def sample_kernel(
                 smax = tl.max(tl.where(ok, s, float("-inf")), 0)
                 if (smax >= thr) & (smax + GUMBEL_MAX > best_v):
                     y = tl.where(s >= thr, s + _gumbel(key, offs, PRECISE), float("-inf"))
-        y = tl.where(ok, y, float("-inf"))
-        tv = tl.max(y, 0)
-        ti = tl.argmax(y, 0) + t
-        better = tv > best_v  # strict: the first index wins ties, as in torch.argmax
-        best_v = tl.where(better, tv, best_v)
-        best_i = tl.where(better, ti, best_i)
+            y = tl.where(ok, y, float("-inf"))
+            tv = tl.max(y, 0)
+            ti = tl.argmax(y, 0) + t
+            better = tv > best_v  # strict: the first index wins ties, as in torch.argmax
+            best_v = tl.where(better, tv, best_v)
+            best_i = tl.where(better, ti, best_i)
     tl.store(out_val_ptr + row * S + sid, best_v)
     tl.store(out_idx_ptr + row * S + sid, best_i)
 
