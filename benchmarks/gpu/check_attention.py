@@ -283,7 +283,7 @@ def graph_check(
     return {"num_splits": num_splits, "steps": steps, "ok": ok, "t_replay_us": t}
 
 
-def sweep(quick: bool) -> list[dict[str, Any]]:
+def sweep(quick: bool, only: str | None = None) -> list[dict[str, Any]]:
     out = []
     shapes = [
         ("decode b1 ctx8192", [(8191, 1)]),
@@ -292,8 +292,12 @@ def sweep(quick: bool) -> list[dict[str, Any]]:
         ("decode b256 ctx2048", [(2047, 1)] * 256),
         ("prefill 2048", [(0, 2048)]),
         ("chunk 512 @ ctx 4096", [(4096, 512)]),
+        # The standard workload's admission steps: a budget of ~600-token prompts + decodes.
+        ("prefill 13x600 + 64 decodes", [(0, 600)] * 13 + [(700, 1)] * 64),
     ]
     for name, rows in shapes:
+        if only and only not in name:
+            continue
         try:
             q, k, v, cache, md = make_batch(rows, DTYPE)
             if md.max_query_len == 1:
@@ -307,11 +311,13 @@ def sweep(quick: bool) -> list[dict[str, Any]]:
                 ]
             else:
                 cfgs = [
-                    pa.AttnConfig(bm, tile, w, st)
-                    for bm in (64, 128)
-                    for tile in (32, 64)
+                    pa.AttnConfig(bm, tile, w, st, 1, kr)
+                    for bm in (64, 128, 256)
+                    for tile in (32, 64, 128)
                     for w in (4, 8)
                     for st in (2, 3)
+                    for kr in (False, True)
+                    if bm * tile <= 128 * 128
                 ]
             times = []
             for cfg in cfgs:
@@ -323,9 +329,11 @@ def sweep(quick: bool) -> list[dict[str, Any]]:
             sms = pa.num_sms(q.device)
             heur = pa.select_config(HQ, HKV, D, len(rows), md.max_query_len, md.max_seq_len, sms)
             t_heur = next((t for t, c in times if c == heur), None)
-            print(f"sweep {name}: heuristic {heur} -> {t_heur}")
+            # Causal attention FLOPs (QK and PV) for the achieved rate.
+            flops = sum(4 * HQ * D * (c * x + x * (x + 1) / 2) for c, x in rows)
+            print(f"sweep {name}: heuristic {heur} -> {t_heur} ({flops / 1e9:.1f} GFLOP)")
             for t, c in times[:5]:
-                print(f"    {t:9.1f} us  {c}")
+                print(f"    {t:9.1f} us  {flops / t / 1e6:6.1f} TFLOP/s  {c}")
             out.append({"shape": name, "heuristic": str(heur), "t_heuristic_us": t_heur,
                         "best": [(t, str(c)) for t, c in times[:5]]})  # fmt: skip
             del cache
@@ -355,6 +363,7 @@ def cases(quick: bool) -> list[Case]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sweep", action="store_true")
+    p.add_argument("--sweep-only", default=None, help="sweep only the shapes naming this")
     p.add_argument("--quick", action="store_true", help="fewer cases, shorter timing")
     p.add_argument("--json", default=None)
     args = p.parse_args()
@@ -414,7 +423,7 @@ def main() -> int:
         failed |= not g["ok"]
         result["graphs"].append(g)
     if args.sweep:
-        result["sweep"] = sweep(args.quick)
+        result["sweep"] = sweep(args.quick, args.sweep_only)
     result["ok"] = not failed
     result["elapsed_s"] = time.time() - t0
     print(f"{'ALL OK' if not failed else 'FAILURES'} in {result['elapsed_s']:.0f} s")
