@@ -311,12 +311,11 @@ def sweep(quick: bool, only: str | None = None) -> list[dict[str, Any]]:
                 ]
             else:
                 cfgs = [
-                    pa.AttnConfig(bm, tile, w, st, 1, kr)
+                    pa.AttnConfig(bm, tile, w, st)
                     for bm in (64, 128, 256)
                     for tile in (32, 64, 128)
                     for w in (4, 8)
                     for st in (2, 3)
-                    for kr in (False, True)
                     if bm * tile <= 128 * 128
                 ]
             times = []

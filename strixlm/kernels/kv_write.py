@@ -109,8 +109,10 @@ if HAS_TRITON:
         k = tl.load(k_ptr + t * stride_kt + h * stride_kh + d, mask=mask)
         v = tl.load(v_ptr + t * stride_vt + h * stride_vh + d, mask=mask)
         if FP8:
-            k = _round_fp8e4m3(tl.clamp(k.to(tl.float32) / k_scale, -448.0, 448.0))
-            v = _round_fp8e4m3(tl.clamp(v.to(tl.float32) / v_scale, -448.0, 448.0))
+            # div_rn: IEEE division like torch (fp32 `/` is approximate on CUDA and moved
+            # values on a rounding boundary to the neighbouring e4m3 value).
+            k = _round_fp8e4m3(tl.clamp(tl.math.div_rn(k.to(tl.float32), k_scale), -448.0, 448.0))
+            v = _round_fp8e4m3(tl.clamp(tl.math.div_rn(v.to(tl.float32), v_scale), -448.0, 448.0))
         tl.store(kc_ptr + dst, k.to(kc_ptr.dtype.element_ty), mask=mask)
         tl.store(vc_ptr + dst, v.to(vc_ptr.dtype.element_ty), mask=mask)
 

@@ -81,7 +81,7 @@ if HAS_TRITON:
         # What kv_write stores: the value itself, or e4m3 of value / scale, rounded to even.
         # In fp32 either way (exact for the other cache dtypes): one return type.
         if FP8:
-            y = _round_fp8e4m3(tl.clamp(x.to(tl.float32) / scale, -448.0, 448.0))
+            y = _round_fp8e4m3(tl.clamp(tl.math.div_rn(x.to(tl.float32), scale), -448.0, 448.0))
         else:
             y = x.to(tl.float32)
         return y
