@@ -203,6 +203,20 @@ def test_attention_matches_torch(case):
     assert rel < TOL[dtype], (rel, mx)
 
 
+@pytest.mark.parametrize("backend", [TorchPagedAttention, TritonPagedAttention])
+def test_forward_is_write_kv_then_attend(backend):
+    """The backend interface: forward = write_kv + attend, bit for bit; attend alone reads
+    what a separate write (e.g. the fused Qwen3 q/k norm + rotary launch) put in the cache."""
+    b = Batch([(7, 1), (0, 9), (20, 4)], 4, 2, 32, 4, torch.float32, seed=5)
+    be = backend(b.hq, b.hkv, b.d, b.d**-0.5)
+    c1, c2 = b.kv_cache.clone(), b.kv_cache.clone()
+    out = be.forward(b.q, b.k, b.v, c1, b.md)
+    be.write_kv(b.k, b.v, c2, b.md)
+    assert torch.equal(c1, c2)
+    assert torch.equal(be.attend(b.q, c2, b.md), out)
+    assert be.kv_write_is_kernel_compatible == (backend is TritonPagedAttention)
+
+
 @pytest.mark.parametrize("num_splits", [1, 4])
 def test_fp8_cache_matches_dequantized_reference(num_splits):
     b = Batch(MIXED, 4, 2, 32, 4, torch.float32, cache_dtype=kvw.FP8_DTYPE, seed=7)

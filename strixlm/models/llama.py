@@ -61,13 +61,13 @@ class Attention(nn.Module):
         q = q.view(t, self.num_heads, self.head_dim)
         k = k.view(t, self.num_kv_heads, self.head_dim)
         v = v.view(t, self.num_kv_heads, self.head_dim)
+        if self.qk_norm and self._fuse_qk_norm_rope(q) and self._fuse_kv_write(q):
+            # One launch normalizes, rotates and writes K/V to the cache: attention only reads.
+            self._qk_norm_rope(positions, q, k, v, md)
+            o = self.attn.attend(q, self.kv_cache, md)
+            return self.o_proj(o.reshape(t, self.q_size))
         if self.qk_norm and self._fuse_qk_norm_rope(q):
-            if self._fuse_kv_write(q):
-                # The fused kernel also wrote K/V to the cache: attention only reads it.
-                self._qk_norm_rope(positions, q, k, v, md)
-                k = v = None
-            else:
-                self._qk_norm_rope(positions, q, k)
+            self._qk_norm_rope(positions, q, k)
         elif self.qk_norm:
             q, k = self.rotary(positions, self.q_norm(q), self.k_norm(k))
         else:
@@ -87,11 +87,11 @@ class Attention(nn.Module):
         )
 
     def _fuse_kv_write(self, q: torch.Tensor) -> bool:
-        """The cache write joins the fused launch when the backend writes with the same
-        Triton kernel semantics (its forward then takes k = v = None)."""
+        """The cache write joins the fused launch when the backend's own write has the
+        kv_write kernel's semantics and would run that kernel here."""
         return (
             self.kv_cache is not None
-            and getattr(self.attn, "accepts_written_kv", False)
+            and self.attn.kv_write_is_kernel_compatible
             and self.attn.use_triton(q.device)
         )
 

@@ -35,8 +35,10 @@ def gather_kv(
 class TorchPagedAttention(AttentionBackend):
     name = "torch"
 
-    def forward(self, q, k, v, kv_cache, md: AttentionMetadata):
+    def write_kv(self, k, v, kv_cache, md: AttentionMetadata) -> None:
         write_kv(kv_cache, k, v, md.slot_mapping)
+
+    def attend(self, q, kv_cache, md: AttentionMetadata):
         out = torch.empty_like(q)
         gqa = self.num_heads != self.num_kv_heads
         if md.decode_rows is not None:

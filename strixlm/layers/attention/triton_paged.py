@@ -25,9 +25,7 @@ class TritonPagedAttention(AttentionBackend):
     name = "triton"
     # Reads only device metadata and host upper bounds: safe to capture in a CUDA graph.
     graph_safe = True
-    # forward(q, None, None, ...) means the step's K/V are already in the cache (a fused
-    # q/k norm + rotary + cache write ran; see models/llama.py).
-    accepts_written_kv = True
+    kv_write_is_kernel_compatible = True  # it runs strixlm.kernels.kv_write itself
     # Overridable per instance or class: None = heuristic, 1 = never split, n = n segments.
     num_splits: int | None = None
 
@@ -43,9 +41,14 @@ class TritonPagedAttention(AttentionBackend):
             return False
         return device.type == "cuda" or interpreter_active()
 
-    def forward(self, q, k, v, kv_cache, md: AttentionMetadata):
-        if not self.use_triton(q.device):
+    def write_kv(self, k, v, kv_cache, md: AttentionMetadata) -> None:
+        if self.use_triton(k.device):
+            write_kv(kv_cache, k, v, md.slot_mapping, self.k_scale, self.v_scale)
+        else:
             write_kv_ref(kv_cache, k, v, md.slot_mapping, self.k_scale, self.v_scale)
+
+    def attend(self, q, kv_cache, md: AttentionMetadata):
+        if not self.use_triton(q.device):
             return paged_attention_ref(
                 q,
                 kv_cache,
@@ -56,8 +59,6 @@ class TritonPagedAttention(AttentionBackend):
                 self.k_scale,
                 self.v_scale,
             )
-        if k is not None:
-            write_kv(kv_cache, k, v, md.slot_mapping, self.k_scale, self.v_scale)
         return paged_attention(
             q,
             kv_cache,
