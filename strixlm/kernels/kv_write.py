@@ -69,9 +69,15 @@ if HAS_TRITON:
         lsb = (bits >> 20) & 1
         bits = (bits + 0x7FFFF + lsb) & -1048576  # -1048576 == ~0xFFFFF
         normal = bits.to(tl.float32, bitcast=True)
-        # Subnormal range (|x| < 2**-6): multiples of 2**-9, rounded with the 1.5*2**23 trick.
-        sub = ((x * 512.0 + 12582912.0) - 12582912.0) * (1.0 / 512.0)
-        return tl.where(tl.abs(x) < 0.015625, sub, normal)
+        # Subnormal range (|x| < 2**-6): multiples of 2**-9, rounded with the 1.5*2**23 trick
+        # on |x|, then the sign put back: a negative value that rounds to zero is -0.0, as in
+        # torch's cast (byte 0x80; the signed trick gave +0.0 and a different cache byte).
+        # (The sign goes back as a bit: the interpreter's negation turns 0.0 into +0.0.)
+        ax = tl.abs(x)
+        sub = ((ax * 512.0 + 12582912.0) - 12582912.0) * (1.0 / 512.0)
+        sign = x.to(tl.int32, bitcast=True) & -2147483648  # -2147483648 == 0x80000000
+        sub = (sub.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
+        return tl.where(ax < 0.015625, sub, normal)
 
     @triton.jit
     def _kv_write_kernel(
