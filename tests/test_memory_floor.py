@@ -222,3 +222,25 @@ def test_throughput_command_on_hybrid_model(tmp_path, capsys):
     assert mf["state_read_bytes"] > 0 and mf["state_write_bytes"] > mf["state_read_bytes"]
     assert mf["expert_weight_bytes"] > 0
     assert "memory floor: " in capsys.readouterr().out
+
+
+def test_throughput_command_fp8_kv_floor(tiny_llama_dir, capsys):
+    """--kv-cache-dtype fp8 reaches the engine, and the floor counts one byte per KV element:
+    a quarter of the float32 run's KV bytes for the same requests, the same weight bytes."""
+    import argparse
+
+    from strixlm.benchmarks import throughput
+
+    def run(kv: str) -> dict:
+        argv = (
+            f"--model {tiny_llama_dir} --device cpu --num-prompts 3 --input-len-range 3 12 "
+            f"--output-len-range 2 4 --no-tqdm --dtype float32 --kv-cache-dtype {kv}"
+        )
+        args = throughput.add_args(argparse.ArgumentParser()).parse_args(argv.split())
+        return throughput.run(args)["memory_floor"]
+
+    full, fp8 = run("auto"), run("fp8")
+    assert (full["kv_dtype_bytes"], fp8["kv_dtype_bytes"]) == (4, 1)
+    assert fp8["kv_read_bytes"] * 4 == full["kv_read_bytes"] > 0
+    assert fp8["weight_bytes"] == full["weight_bytes"]
+    assert "memory floor with 1-byte fp8 KV: " in capsys.readouterr().out

@@ -85,12 +85,39 @@ def triton_gemm(x: torch.Tensor, w: torch.Tensor, cfg, out32: torch.Tensor | Non
     return out if sk == 1 else out.to(x.dtype)
 
 
+def inductor_autotune(m: int) -> list[dict]:
+    """torch.compile's max-autotune at batch m: Inductor times its Triton GEMM templates
+    against cuBLAS and keeps the faster one; its AUTOTUNE log lines show every candidate.
+    If no template beats cuBLAS here, a fused Triton GEMM is not the lever either."""
+    import torch._inductor.config as icfg
+
+    icfg.max_autotune_gemm_backends = "ATEN,TRITON"
+    rows = []
+    for name, n, k in SHAPES:
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w = (0.02 * torch.randn(n, k, device="cuda")).to(torch.bfloat16)
+        f = torch.compile(
+            torch.nn.functional.linear, mode="max-autotune-no-cudagraphs", dynamic=False
+        )
+        f(x, w)
+        t_ind = graph_time_us(lambda: f(x, w))  # noqa: B023
+        t_lin = graph_time_us(lambda: torch.nn.functional.linear(x, w))  # noqa: B023
+        print(f"M={m:3d} {name:8s} inductor max-autotune {t_ind:6.1f} us  cuBLAS {t_lin:6.1f}")
+        rows.append(dict(shape=name, m=m, inductor_us=t_ind, linear_us=t_lin))
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
+    ap.add_argument(
+        "--inductor", type=int, default=0, help="also autotune Inductor's GEMMs at this M"
+    )
     args = ap.parse_args()
     torch.manual_seed(0)
     rows = []
+    if args.inductor:
+        rows += inductor_autotune(args.inductor)
     for m in (64, 128, 256):
         for name, n, k in SHAPES:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)

@@ -13,6 +13,8 @@
 #           online benchmark (500 x 512/128, burst)
 #   nano    Nemotron 3 Nano batch-1 latency (target 4 ms) and the standard workload
 #   prof    profile_step.py kernel tables at batch-256 decode and budget-sized prefill steps
+#   fp8     check_attention --quick (fp8 cache bytes vs torch) and the workload with fp8 KV
+#   inductor  torch.compile max-autotune GEMMs at M=256 vs cuBLAS (bench_decode_gemm --inductor)
 #   gemm    decode GEMMs at batch 64-256: cuBLAS vs weight layout vs split-K Triton, and
 #           the roofline (bench_decode_gemm.py; an experiment for issue 3's next lever)
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
@@ -64,4 +66,13 @@ if has nanowarm; then  # the first run fills Triton's cache, the second is the f
 fi
 if has gemm; then
   run gemm 150 python benchmarks/gpu/bench_decode_gemm.py --json "$OUT/gemm.json"
+fi
+if has inductor; then  # can any Triton GEMM template beat cuBLAS at the decode shapes?
+  run inductor 400 python benchmarks/gpu/bench_decode_gemm.py --inductor 256 \
+    --json "$OUT/gemm_inductor.json"
+fi
+if has fp8; then  # fp8 KV: cache bytes equal to torch's cast (the -0.0 fix), then throughput
+  run attn_check 150 python benchmarks/gpu/check_attention.py --quick
+  run tp_fp8_warm 100 $TP --model qwen3-0.6b --kv-cache-dtype fp8
+  run tp_fp8 100 $TP --model qwen3-0.6b --kv-cache-dtype fp8 --output-json "$OUT/tp_fp8.json"
 fi

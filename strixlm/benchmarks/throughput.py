@@ -69,6 +69,13 @@ def add_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     a("--max-num-seqs", type=int, default=256)
     a("--max-num-batched-tokens", type=int, default=8192)
     a("--gpu-memory-utilization", type=float, default=0.9)
+    a(
+        "--kv-cache-dtype",
+        default="auto",
+        choices=["auto", "fp8", "fp8_e4m3"],
+        help="auto: the model dtype; fp8: e4m3 with per-layer scales (the floor then counts "
+        "1-byte KV)",
+    )
     a("--compare", choices=["hf"], default=None, help="also run this peer on the same requests")
     a("--hf-mode", choices=["auto", "cb", "generate"], default="auto", help=HF_MODE_HELP)
     a("--hf-max-batch-tokens", type=int, default=None, help="default: HF's own choice")
@@ -114,6 +121,7 @@ def run_strixlm(
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         gpu_memory_utilization=args.gpu_memory_utilization,
+        kv_cache_dtype=args.kv_cache_dtype,
         skip_tokenizer_init=True,
     )
 
@@ -233,9 +241,11 @@ def format_table(result: dict) -> str:
         *lines,
     ]
     if (mf := result.get("memory_floor")) and "floor_output_tok_s" in mf:
+        kv = " with 1-byte fp8 KV" if mf.get("kv_dtype_bytes") == 1 < mf["dtype_bytes"] else ""
         out.append(
-            f"memory floor: {mf['floor_output_tok_s']:,.0f} output tok/s ({mf['bytes'] / 1e9:,.1f}"
-            f" GB moved at {mf['bandwidth'] / 1e12:.3g} TB/s measured copy bandwidth)"
+            f"memory floor{kv}: {mf['floor_output_tok_s']:,.0f} output tok/s "
+            f"({mf['bytes'] / 1e9:,.1f} GB moved at {mf['bandwidth'] / 1e12:.3g} TB/s measured "
+            "copy bandwidth)"
         )
         out.append(f"achieved: {100 * mf['achieved_fraction']:.1f}% of the floor")
     if "ratio" in result:
@@ -267,16 +277,18 @@ def memory_floor(
 ) -> dict:
     """The workload's memory floor at the copy bandwidth measured on `device` (after the run,
     so the engine's memory is free), and the fraction of it strixlm achieved. The KV cache
-    has the model's dtype. A model the floor does not cover gets {"error": ...}, not a crash.
+    has the model's dtype, or one byte per element with --kv-cache-dtype fp8. A model the
+    floor does not cover gets {"error": ...}, not a crash.
     """
     try:
         bandwidth = measure_copy_bandwidth(device)
         reqs = [(len(p), o) for p, o in zip(workload.prompts, workload.output_lens, strict=True)]
         itemsize = dtype.itemsize
+        kv_itemsize = 1 if getattr(args, "kv_cache_dtype", "auto") != "auto" else itemsize
         floor = workload_floor(
             hf_config,
             itemsize,
-            itemsize,
+            kv_itemsize,
             reqs,
             args.max_num_seqs,
             bandwidth,
@@ -285,7 +297,7 @@ def memory_floor(
     except (NotImplementedError, AttributeError, RuntimeError, ValueError) as e:
         logger.warning("memory floor not computed: %s", e)
         return {"error": str(e)}
-    floor["dtype_bytes"] = floor["kv_dtype_bytes"] = itemsize
+    floor["dtype_bytes"], floor["kv_dtype_bytes"] = itemsize, kv_itemsize
     floor["achieved_fraction"] = ours.output_tok_s / floor["floor_output_tok_s"]
     floor["model"] = "memory_floor.workload_floor: weights once per step + KV read/write"
     return floor
