@@ -128,8 +128,7 @@ def test_fused_qk_norm_rope_and_cache_write_through_the_engine(qwen3, monkeypatc
         calls["fused_write"] += kw.get("kv_cache") is not None
         return fused(*a, **kw)
 
-    monkeypatch.setattr(llama, "_norm_uses_triton", lambda x: True)
-    monkeypatch.setattr(llama, "_rotary_uses_triton", lambda x: True)
+    monkeypatch.setattr(llama, "use_triton", lambda x: True)
     monkeypatch.setattr(qk_norm_rope, "qk_norm_rope_inplace", counting)
     params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True, logprobs=5)
     outs = make_llm(folder, graphs=True).generate(prompts, params, use_tqdm=False)

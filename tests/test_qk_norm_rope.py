@@ -230,8 +230,7 @@ def test_attention_dispatch(monkeypatch) -> None:
         monkeypatch.setattr(
             k_fused, "qk_norm_rope_inplace", lambda *a, **kw: calls.append(fused(*a, **kw))
         )
-        monkeypatch.setattr(llama, "_norm_uses_triton", lambda x: True)
-        monkeypatch.setattr(llama, "_rotary_uses_triton", lambda x: True)
+        monkeypatch.setattr(llama, "use_triton", lambda x: True)
         assert attn._fuse_qk_norm_rope(q)
         assert not attn._fuse_kv_write(q)  # no cache bound
         attn._qk_norm_rope(positions, q, k)
@@ -277,7 +276,7 @@ def test_fused_cache_write_is_kv_write(cache_dtype) -> None:
 def test_cpu_attention_uses_the_layers() -> None:
     # CPU tensors never reach the fused kernel (the HF-equality tests depend on it).
     q = torch.zeros(1, 2, 8)
-    assert not (llama._norm_uses_triton(q) or llama._rotary_uses_triton(q))
+    assert not llama.use_triton(q)
 
 
 def test_validation() -> None:

@@ -142,7 +142,7 @@ def test_kv_write_fp8_bit_exact():
     k = b.k * 40  # exercise saturation at +-448 and the subnormal range
     k[0, 0, :4] = torch.tensor([1e-3, -3e-3, 500.0 * 0.5, -1e4])
     # Negative values that round to zero keep their sign in torch's cast (-0.0, byte 0x80).
-    k[1, 0, :4] = torch.tensor([-1e-5, -0.0, 1e-5, -2.0**-11])
+    k[1, 0, :4] = torch.tensor([-1e-5, -0.0, 1e-5, -(2.0**-11)])
     got = torch.zeros_like(b.kv_cache)
     ref = torch.zeros_like(b.kv_cache)
     kvw.write_kv(got, k, b.v, b.slots, k_scale=0.5, v_scale=0.03)

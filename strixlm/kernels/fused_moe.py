@@ -25,11 +25,12 @@ that slot adds nothing (expert-parallel shards can mark foreign experts with -1)
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from strixlm.kernels.dispatch import use_triton
 
 try:
     import triton
@@ -587,11 +588,6 @@ def _fused_moe_chunk(
 # ---- dispatch --------------------------------------------------------------------------
 
 
-def triton_enabled(x: torch.Tensor) -> bool:
-    """Triton on CUDA unless STRIXLM_DISABLE_TRITON=1; the torch reference elsewhere."""
-    return HAS_TRITON and x.is_cuda and os.environ.get("STRIXLM_DISABLE_TRITON", "0") == "0"
-
-
 def fused_moe(
     hidden: torch.Tensor,
     w_up: torch.Tensor,
@@ -601,6 +597,6 @@ def fused_moe(
     activation: str = "silu_gated",
 ) -> torch.Tensor:
     """hidden [T, H] -> [T, H]: sum_j topk_weights[:, j] * expert_{topk_ids[:, j]}(hidden)."""
-    if triton_enabled(hidden):
+    if use_triton(hidden):  # Triton on CUDA unless disabled; the torch reference elsewhere
         return fused_moe_triton(hidden, w_up, w_down, topk_weights, topk_ids, activation)
     return fused_moe_ref(hidden, w_up, w_down, topk_weights, topk_ids, activation)

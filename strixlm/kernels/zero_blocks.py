@@ -12,9 +12,9 @@ attention. The region offsets are computed once; block ids change every step.
 
 from __future__ import annotations
 
-import os
-
 import torch
+
+from strixlm.kernels.dispatch import use_triton
 
 try:
     import triton
@@ -85,12 +85,6 @@ if HAS_TRITON:
         _zero_blocks_kernel[grid](
             words, region_offsets, block_ids, words_per_block, CHUNK=chunk, num_warps=4
         )
-
-
-def use_triton(t: torch.Tensor) -> bool:
-    if not HAS_TRITON or os.environ.get("STRIXLM_DISABLE_TRITON", "0") != "0":
-        return False
-    return t.is_cuda
 
 
 def zero_blocks(

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from strixlm.kernels.dispatch import use_triton
 from strixlm.kernels.gated_rmsnorm import gated_rmsnorm, gated_rmsnorm_ref
 from strixlm.kernels.mamba import (
     SSDChunks,
@@ -26,7 +27,6 @@ from strixlm.kernels.mamba import (
 )
 from strixlm.layers.attention.metadata import AttentionMetadata
 from strixlm.layers.linear import Linear
-from strixlm.layers.norm import _use_triton
 
 
 @dataclass
@@ -72,7 +72,7 @@ class GatedGroupRMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         # One Triton launch on CUDA; the torch reference (HF's numerics) elsewhere.
-        if _use_triton(x) and x.dim() == 2 and x.stride(1) == 1 and z.stride(1) == 1:
+        if use_triton(x) and x.dim() == 2 and x.stride(1) == 1 and z.stride(1) == 1:
             return gated_rmsnorm(x, z, self.weight, self.group_size, self.eps)
         return gated_rmsnorm_ref(x, z, self.weight, self.group_size, self.eps)
 

@@ -7,13 +7,12 @@ with strixlm.kernels.fused_moe (Triton on CUDA, the torch reference elsewhere).
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import re
 
 import torch
 from torch import nn
 
+from strixlm.kernels.dispatch import use_triton as triton_for
 from strixlm.kernels.fused_moe import ACTIVATIONS, fused_moe
 
 __all__ = [
@@ -29,7 +28,6 @@ __all__ = [
 # below is the reference and runs elsewhere. use_triton=True forces the kernel (tests run it
 # on CPU under TRITON_INTERPRET=1), False forces torch, None picks.
 
-_HAS_TRITON = importlib.util.find_spec("triton") is not None
 # The kernel's limits (strixlm.kernels.moe_routing: MAX_EXPERTS, MAX_TOP_K, logit dtypes);
 # past them the automatic choice keeps torch.
 _TRITON_MAX_EXPERTS, _TRITON_MAX_TOP_K = 1024, 16
@@ -40,9 +38,7 @@ def _use_triton(router_logits: torch.Tensor, top_k: int, use_triton: bool | None
     if use_triton is not None:
         return use_triton
     return (
-        router_logits.is_cuda
-        and _HAS_TRITON
-        and os.environ.get("STRIXLM_DISABLE_TRITON", "0") == "0"
+        triton_for(router_logits)
         and router_logits.dtype in _TRITON_LOGIT_DTYPES
         and router_logits.shape[1] <= _TRITON_MAX_EXPERTS
         and top_k <= _TRITON_MAX_TOP_K

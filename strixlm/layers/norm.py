@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import torch
 from torch import nn
 
-_HAS_TRITON = importlib.util.find_spec("triton") is not None
-
-
-def _use_triton(x: torch.Tensor) -> bool:
-    # The Triton kernel on CUDA; the torch code (HF's numerics) on CPU or when disabled.
-    return x.is_cuda and _HAS_TRITON and os.environ.get("STRIXLM_DISABLE_TRITON", "0") == "0"
+# use_triton: the Triton kernel on CUDA; the torch code (HF's numerics) on CPU or disabled.
+from strixlm.kernels.dispatch import use_triton
 
 
 class RMSNorm(nn.Module):
@@ -35,7 +28,7 @@ class RMSNorm(nn.Module):
 
         On CUDA (Triton) the sum is written into `residual` in place and returned.
         """
-        if _use_triton(x):
+        if use_triton(x):
             # Imported here so CPU-only runs never import triton.
             from strixlm.kernels.rmsnorm import fused_add_rmsnorm, rmsnorm
 

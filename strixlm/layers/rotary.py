@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import os
 
 import torch
 from torch import nn
 
-_HAS_TRITON = importlib.util.find_spec("triton") is not None
-
-
-def _use_triton(x: torch.Tensor) -> bool:
-    # The Triton kernel on CUDA; the torch code (HF's numerics) on CPU or when disabled.
-    return x.is_cuda and _HAS_TRITON and os.environ.get("STRIXLM_DISABLE_TRITON", "0") == "0"
+# use_triton: the Triton kernel on CUDA; the torch code (HF's numerics) on CPU or disabled.
+from strixlm.kernels.dispatch import use_triton
 
 
 def _llama3_inv_freq(inv_freq: torch.Tensor, params: dict) -> torch.Tensor:
@@ -56,7 +50,7 @@ class RotaryEmbedding(nn.Module):
 
         On CUDA (Triton) q and k are rotated in place and returned.
         """
-        if _use_triton(q):
+        if use_triton(q):
             from strixlm.kernels.rotary import rotary_inplace
 
             rotary_inplace(positions, q, k, self.cos, self.sin)

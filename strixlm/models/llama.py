@@ -11,14 +11,13 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from strixlm.kernels.dispatch import use_triton
 from strixlm.layers.activation import silu_and_mul
 from strixlm.layers.attention.backend import AttentionBackend
 from strixlm.layers.attention.metadata import AttentionMetadata
 from strixlm.layers.linear import Linear
 from strixlm.layers.norm import RMSNorm
-from strixlm.layers.norm import _use_triton as _norm_uses_triton
 from strixlm.layers.rotary import RotaryEmbedding
-from strixlm.layers.rotary import _use_triton as _rotary_uses_triton
 
 
 def rope_settings(cfg) -> tuple[float, dict | None]:
@@ -79,12 +78,7 @@ class Attention(nn.Module):
         """q_norm, k_norm and rotary as one in-place launch: where all three would run Triton
         and the in-place result keeps q's dtype."""
         qn, kn = self.q_norm, self.k_norm
-        return (
-            _norm_uses_triton(q)
-            and _rotary_uses_triton(q)
-            and qn.weight.dtype == kn.weight.dtype == q.dtype
-            and qn.eps == kn.eps
-        )
+        return use_triton(q) and qn.weight.dtype == kn.weight.dtype == q.dtype and qn.eps == kn.eps
 
     def _fuse_kv_write(self, q: torch.Tensor) -> bool:
         """The cache write joins the fused launch when the backend's own write has the

@@ -7,17 +7,11 @@ shapes and dtypes, never tensor values, so they cost no device sync and are grap
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from collections.abc import Sequence
 
 import torch
 
-HAS_TRITON = importlib.util.find_spec("triton") is not None
-
-
-def use_triton(x: torch.Tensor) -> bool:
-    return x.is_cuda and HAS_TRITON and os.environ.get("STRIXLM_DISABLE_TRITON", "0") == "0"
+from strixlm.kernels.dispatch import HAS_TRITON, use_triton  # noqa: F401 (the kernels' API)
 
 
 def check_shape(name: str, t: torch.Tensor | None, shape: Sequence[int]) -> None:

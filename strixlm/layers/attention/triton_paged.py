@@ -7,10 +7,9 @@ Graph-safe on CUDA: no host reads of device tensors, grids from host ints only.
 
 from __future__ import annotations
 
-import os
-
 import torch
 
+from strixlm.kernels.dispatch import triton_disabled
 from strixlm.kernels.kv_write import HAS_TRITON, write_kv, write_kv_ref
 from strixlm.kernels.paged_attention import (
     interpreter_active,
@@ -37,7 +36,7 @@ class TritonPagedAttention(AttentionBackend):
 
     @staticmethod
     def use_triton(device: torch.device) -> bool:
-        if not HAS_TRITON or os.environ.get("STRIXLM_DISABLE_TRITON", "0") != "0":
+        if not HAS_TRITON or triton_disabled():
             return False
         return device.type == "cuda" or interpreter_active()
 
