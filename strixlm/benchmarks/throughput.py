@@ -284,7 +284,7 @@ def memory_floor(
         bandwidth = measure_copy_bandwidth(device)
         reqs = [(len(p), o) for p, o in zip(workload.prompts, workload.output_lens, strict=True)]
         itemsize = dtype.itemsize
-        kv_itemsize = 1 if getattr(args, "kv_cache_dtype", "auto") != "auto" else itemsize
+        kv_itemsize = 1 if args.kv_cache_dtype != "auto" else itemsize
         floor = workload_floor(
             hf_config,
             itemsize,

@@ -80,6 +80,17 @@ if HAS_TRITON:
         return tl.where(ax < 0.015625, sub, normal)
 
     @triton.jit
+    def cache_value(x, scale, FP8: tl.constexpr):
+        """What the cache holds for x, in fp32 (exact for the non-fp8 cache dtypes, and one
+        return type either way): x itself, or e4m3 of x / scale rounded to even. div_rn is
+        IEEE division like torch's (fp32 `/` is approximate on CUDA)."""
+        if FP8:
+            y = _round_fp8e4m3(tl.clamp(tl.math.div_rn(x.to(tl.float32), scale), -448.0, 448.0))
+        else:
+            y = x.to(tl.float32)
+        return y
+
+    @triton.jit
     def _kv_write_kernel(
         k_ptr,
         v_ptr,
@@ -114,13 +125,8 @@ if HAS_TRITON:
         dst = blk * stride_cb + off * stride_cs + h * stride_ch + d
         k = tl.load(k_ptr + t * stride_kt + h * stride_kh + d, mask=mask)
         v = tl.load(v_ptr + t * stride_vt + h * stride_vh + d, mask=mask)
-        if FP8:
-            # div_rn: IEEE division like torch (fp32 `/` is approximate on CUDA and moved
-            # values on a rounding boundary to the neighbouring e4m3 value).
-            k = _round_fp8e4m3(tl.clamp(tl.math.div_rn(k.to(tl.float32), k_scale), -448.0, 448.0))
-            v = _round_fp8e4m3(tl.clamp(tl.math.div_rn(v.to(tl.float32), v_scale), -448.0, 448.0))
-        tl.store(kc_ptr + dst, k.to(kc_ptr.dtype.element_ty), mask=mask)
-        tl.store(vc_ptr + dst, v.to(vc_ptr.dtype.element_ty), mask=mask)
+        tl.store(kc_ptr + dst, cache_value(k, k_scale, FP8).to(kc_ptr.dtype.element_ty), mask=mask)
+        tl.store(vc_ptr + dst, cache_value(v, v_scale, FP8).to(vc_ptr.dtype.element_ty), mask=mask)
 
 
 def write_kv(

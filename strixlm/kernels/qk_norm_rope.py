@@ -19,7 +19,7 @@ try:
     import triton
     import triton.language as tl
 
-    from strixlm.kernels.kv_write import _round_fp8e4m3
+    from strixlm.kernels.kv_write import cache_value
     from strixlm.kernels.rotary import check_rotary_inputs, head_tiles
 
     HAS_TRITON = True
@@ -75,16 +75,6 @@ if HAS_TRITON:
         tl.store(p1, o1, mask=mask)
         tl.store(p1 + half, o2, mask=mask)
         return o1, o2, mask
-
-    @triton.jit
-    def _to_cache(x, scale, FP8: tl.constexpr):
-        # What kv_write stores: the value itself, or e4m3 of value / scale, rounded to even.
-        # In fp32 either way (exact for the other cache dtypes): one return type.
-        if FP8:
-            y = _round_fp8e4m3(tl.clamp(tl.math.div_rn(x.to(tl.float32), scale), -448.0, 448.0))
-        else:
-            y = x.to(tl.float32)
-        return y
 
     @triton.jit
     def _qk_norm_rope_kernel(
@@ -160,8 +150,8 @@ if HAS_TRITON:
                 dst = cache_row + (h0 + h)[:, None].to(tl.int64) * stride_ch + d[None, :]
                 ok = mask & (slot >= 0)
                 ty = kc_ptr.dtype.element_ty
-                tl.store(kc_ptr + dst, _to_cache(o1, k_scale, FP8).to(ty), mask=ok)
-                tl.store(kc_ptr + dst + half, _to_cache(o2, k_scale, FP8).to(ty), mask=ok)
+                tl.store(kc_ptr + dst, cache_value(o1, k_scale, FP8).to(ty), mask=ok)
+                tl.store(kc_ptr + dst + half, cache_value(o2, k_scale, FP8).to(ty), mask=ok)
         if WRITE_KV:
             v_base = v_ptr + tok * v_s0
             for h0 in range(0, n_k_heads, BLOCK_H):
@@ -171,7 +161,7 @@ if HAS_TRITON:
                 dst = cache_row + hh * stride_ch + d[None, :]
                 ty = vc_ptr.dtype.element_ty
                 for part in tl.static_range(2):
-                    x = _to_cache(tl.load(src + part * half, mask=mask, other=0.0), v_scale, FP8)
+                    x = cache_value(tl.load(src + part * half, mask=mask, other=0.0), v_scale, FP8)
                     tl.store(vc_ptr + dst + part * half, x.to(ty), mask=mask)
 
 

@@ -37,8 +37,8 @@ BIG = tl.constexpr(2**31 - 1)
 # Above the largest Gumbel value the hash can give: -log(-log(1 - 2**-24)) = 16.6355...
 GUMBEL_MAX = tl.constexpr(16.75)
 TK_BITS = 8  # top-k radix digit width: 4 passes
-GREEDY_TILES = tl.constexpr(4)  # tiles per step of the all-greedy argmax loop
 TP_BITS = 4  # top-p radix digit width: 8 passes
+GREEDY_TILES = tl.constexpr(4)  # tiles per step of the all-greedy argmax loop
 
 
 # ---------------------------------------------------------------- helpers

@@ -60,18 +60,19 @@ class Attention(nn.Module):
         q = q.view(t, self.num_heads, self.head_dim)
         k = k.view(t, self.num_kv_heads, self.head_dim)
         v = v.view(t, self.num_kv_heads, self.head_dim)
-        if self.qk_norm and self._fuse_qk_norm_rope(q) and self._fuse_kv_write(q):
-            # One launch normalizes, rotates and writes K/V to the cache: attention only reads.
-            self._qk_norm_rope(positions, q, k, v, md)
-            o = self.attn.attend(q, self.kv_cache, md)
-            return self.o_proj(o.reshape(t, self.q_size))
+        kv_written = False
         if self.qk_norm and self._fuse_qk_norm_rope(q):
-            self._qk_norm_rope(positions, q, k)
+            # One in-place launch; with kv_written it also writes K/V to the cache.
+            kv_written = self._fuse_kv_write(q)
+            self._qk_norm_rope(positions, q, k, v if kv_written else None, md)
         elif self.qk_norm:
             q, k = self.rotary(positions, self.q_norm(q), self.k_norm(k))
         else:
             q, k = self.rotary(positions, q, k)
-        o = self.attn.forward(q, k, v, self.kv_cache, md)
+        if kv_written:
+            o = self.attn.attend(q, self.kv_cache, md)
+        else:
+            o = self.attn.forward(q, k, v, self.kv_cache, md)
         return self.o_proj(o.reshape(t, self.q_size))
 
     def _fuse_qk_norm_rope(self, q: torch.Tensor) -> bool:
