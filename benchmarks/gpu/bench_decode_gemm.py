@@ -126,6 +126,10 @@ def main() -> int:
             ref = torch.nn.functional.linear(x, w)
             t_lin = graph_time_us(lambda: torch.nn.functional.linear(x, w))  # noqa: B023
             t_nn = graph_time_us(lambda: x @ wt)  # noqa: B023
+            # cuBLASLt's own heuristics (torch's default routes bf16 through cuBLAS).
+            torch.backends.cuda.preferred_blas_library("cublaslt")
+            t_lt = graph_time_us(lambda: torch.nn.functional.linear(x, w))  # noqa: B023
+            torch.backends.cuda.preferred_blas_library("cublas")
             out32 = torch.empty((m, n), device="cuda")
             best = (float("inf"), None)
             for cfg in CONFIGS:
@@ -138,13 +142,13 @@ def main() -> int:
                 best = min(best, (t, cfg), key=lambda b: b[0])
             roof = max(2 * m * n * k / 800e12, (n * k + m * k + m * n) * 2 / 3.8e12) * 1e6
             row = dict(
-                shape=name, m=m, n=n, k=k, linear_us=t_lin, mm_nn_us=t_nn,
+                shape=name, m=m, n=n, k=k, linear_us=t_lin, mm_nn_us=t_nn, cublaslt_us=t_lt,
                 triton_us=best[0], triton_cfg=best[1], roofline_us=roof,
             )  # fmt: skip
             rows.append(row)
             print(
-                f"M={m:3d} {name:8s} linear {t_lin:6.1f} us  nn {t_nn:6.1f}  triton "
-                f"{best[0]:6.1f} {best[1]}  roofline {roof:5.1f}"
+                f"M={m:3d} {name:8s} linear {t_lin:6.1f} us  nn {t_nn:6.1f}  lt {t_lt:6.1f}"
+                f"  triton {best[0]:6.1f} {best[1]}  roofline {roof:5.1f}"
             )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
