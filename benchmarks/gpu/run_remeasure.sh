@@ -13,6 +13,7 @@
 #           online benchmark (500 x 512/128, burst)
 #   nano    Nemotron 3 Nano batch-1 latency (target 4 ms) and the standard workload
 #   prof    profile_step.py kernel tables at batch-256 decode and budget-sized prefill steps
+#   profrun the standard workload's GPU time by kernel kind over the whole run (profile_run.py)
 #   fp8     check_attention --quick (fp8 cache bytes vs torch) and the workload with fp8 KV
 #   inductor  torch.compile max-autotune GEMMs at M=256 vs cuBLAS (bench_decode_gemm --inductor)
 #   gemm    decode GEMMs at batch 64-256: cuBLAS vs weight layout vs split-K Triton, and
@@ -63,6 +64,9 @@ fi
 if has nanowarm; then  # the first run fills Triton's cache, the second is the figure
   run nano_tp_cold 130 $TP --model nemotron-3-nano-30b-a3b
   run nano_tp_warm 130 $TP --model nemotron-3-nano-30b-a3b --output-json "$OUT/nano_tp_warm.json"
+fi
+if has profrun; then  # the whole standard workload under torch.profiler: time per kernel kind
+  run profrun 300 python benchmarks/gpu/profile_run.py --json "$OUT/profile_run.json"
 fi
 if has gemm; then
   run gemm 150 python benchmarks/gpu/bench_decode_gemm.py --json "$OUT/gemm.json"

@@ -1,0 +1,148 @@
+"""Where the standard workload's time goes on the GPU, over the whole run (not one shape).
+
+python benchmarks/gpu/profile_run.py [--model qwen3-0.6b] [--json PATH]
+
+Runs the standard throughput workload (256 requests, lengths uniform in [100, 1024], greedy,
+ignore EOS) once unprofiled (the figure, and it warms Triton's cache), then again under
+torch.profiler (CUDA activity only). From the second run's kernel records it prints the
+GPU-busy time (union of kernel intervals) against the wall time, the kernel time per
+category, and paged attention's achieved bandwidth over the run: the KV bytes the memory
+floor says must be read, over the attention kernels' summed time. The profiler's own
+per-kernel cost makes the second run's wall a little longer; the kernel durations are the
+device's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from strixlm.benchmarks.memory_floor import measure_copy_bandwidth, workload_floor  # noqa: E402
+from strixlm.benchmarks.throughput import resolve_model  # noqa: E402
+from strixlm.benchmarks.workload import make_workload, special_token_ids, warmup_workload  # noqa: E402
+from strixlm.engine.request import SamplingParams  # noqa: E402
+from strixlm.entrypoints.llm import LLM  # noqa: E402
+
+# Kernel-name fragments -> category (first match wins).
+CATEGORIES = [
+    ("attention", ("paged_attn", "merge_segments")),
+    ("gemm", ("gemm", "gemv", "nvjet", "sm90_xmma", "cutlass", "cublas", "_mm_")),
+    ("qk_norm_rope_kv", ("qk_norm_rope", "rotary", "kv_write")),
+    ("rmsnorm", ("rmsnorm", "rms_norm")),
+    ("activation", ("silu", "act_and_mul", "gelu")),
+    ("sampler", ("sampl", "gumbel", "argmax", "topk", "top_k")),
+    ("input_prep", ("input_prep", "prepare", "gather_block", "slot_mapping")),
+    ("copy/fill", ("memcpy", "memset", "copy", "fill", "elementwise", "index")),
+]
+
+
+def category(name: str) -> str:
+    low = name.lower()
+    for cat, frags in CATEGORIES:
+        if any(f in low for f in frags):
+            return cat
+    return "other"
+
+
+def union_us(intervals: list[tuple[float, float]]) -> float:
+    total, cur_s, cur_e = 0.0, None, None
+    for s, e in sorted(intervals):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="qwen3-0.6b")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--num-prompts", type=int, default=256)
+    args = ap.parse_args()
+    folder, load_format = resolve_model(args.model, "dummy")
+    hf = AutoConfig.from_pretrained(folder)
+    avoid = special_token_ids(folder, hf)
+    w = make_workload(args.num_prompts, (100, 1024), (100, 1024), hf.vocab_size, 0, avoid)
+    warm = warmup_workload(hf.vocab_size, avoid, 0, n=8, input_len_range=(100, 1024))
+    llm = LLM(
+        folder, load_format=load_format, dtype="bfloat16", device="cuda", seed=0,
+        max_num_seqs=256, max_num_batched_tokens=8192, skip_tokenizer_init=True,
+    )  # fmt: skip
+
+    def params(wl):
+        return [
+            SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in wl.output_lens
+        ]
+
+    llm.generate(warm.prompts, params(warm), use_tqdm=False)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    outs = llm.generate(w.prompts, params(w), use_tqdm=False)
+    torch.cuda.synchronize()
+    plain_s = time.perf_counter() - t0
+    n_out = sum(len(o.outputs[0].token_ids) for o in outs)
+    print(f"unprofiled run: {plain_s:.3f} s, {n_out / plain_s:,.0f} output tok/s")
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        llm.generate(w.prompts, params(w), use_tqdm=False)
+        torch.cuda.synchronize()
+        prof_s = time.perf_counter() - t0
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    by_cat: dict[str, float] = defaultdict(float)
+    by_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    intervals = []
+    for e in kernels:
+        dur = e.time_range.end - e.time_range.start
+        intervals.append((e.time_range.start, e.time_range.end))
+        by_cat[category(e.name)] += dur
+        by_name[e.name][0] += dur
+        by_name[e.name][1] += 1
+    busy = union_us(intervals) / 1e6
+    ksum = sum(by_cat.values()) / 1e6
+    print(f"profiled run: wall {prof_s:.3f} s, GPU busy {busy:.3f} s ({busy / prof_s:.1%}),"
+          f" kernel time {ksum:.3f} s over {len(kernels)} kernels")  # fmt: skip
+
+    pairs = [(len(p), o) for p, o in zip(w.prompts, w.output_lens, strict=True)]
+    bw = measure_copy_bandwidth("cuda")
+    floor = workload_floor(hf, 2, 2, pairs, 256, bw, 8192)
+    attn_s = by_cat["attention"] / 1e6
+    attn_bw = floor["kv_read_bytes"] / attn_s / 1e12 if attn_s else 0.0
+    print(
+        f"copy bandwidth {bw / 1e12:.2f} TB/s; floor {floor['floor_s']:.3f} s;"
+        f" KV read {floor['kv_read_bytes'] / 1e12:.2f} TB -> attention {attn_bw:.2f} TB/s"
+    )
+    print(f"{'category':18s} {'seconds':>8s} {'share':>6s}")
+    for cat, us in sorted(by_cat.items(), key=lambda kv: -kv[1]):
+        print(f"{cat:18s} {us / 1e6:8.3f} {us / 1e6 / prof_s:6.1%}")
+    print("top kernels (total ms, launches, mean us):")
+    top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:25]
+    for name, (us, n) in top:
+        print(f"  {us / 1e3:9.1f} {n:7d} {us / n:8.1f}  {name[:90]}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(dict(
+            unprofiled_s=plain_s, output_tokens=n_out, profiled_s=prof_s, gpu_busy_s=busy,
+            kernel_s=ksum, categories_s={k: v / 1e6 for k, v in by_cat.items()},
+            attention_tb_s=attn_bw, copy_bw_tb_s=bw / 1e12, floor_s=floor["floor_s"],
+            top_kernels=[dict(name=n, total_ms=us / 1e3, count=c) for n, (us, c) in top],
+        ), indent=1))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
