@@ -14,6 +14,8 @@
 #   nano    Nemotron 3 Nano batch-1 latency (target 4 ms) and the standard workload
 #   prof    profile_step.py kernel tables at batch-256 decode and budget-sized prefill steps
 #   profrun the standard workload's GPU time by kernel kind over the whole run (profile_run.py)
+#   readbw  copy vs streaming-read bandwidth (bench_read_bw.py)
+#   tunable TunableOp-tuned cuBLASLt GEMMs vs the default pick (bench_decode_gemm --tunableop)
 #   fp8     check_attention --quick (fp8 cache bytes vs torch) and the workload with fp8 KV
 #   inductor  torch.compile max-autotune GEMMs at M=256 vs cuBLAS (bench_decode_gemm --inductor)
 #   gemm    decode GEMMs at batch 64-256: cuBLAS vs weight layout vs split-K Triton, and
@@ -67,6 +69,12 @@ if has nanowarm; then  # the first run fills Triton's cache, the second is the f
 fi
 if has profrun; then  # the whole standard workload under torch.profiler: time per kernel kind
   run profrun 300 python benchmarks/gpu/profile_run.py --json "$OUT/profile_run.json"
+fi
+if has readbw; then  # HBM read ceiling (what decode attention can reach) vs copy bandwidth
+  run readbw 120 python benchmarks/gpu/bench_read_bw.py --json "$OUT/read_bw.json"
+fi
+if has tunable; then  # PyTorch TunableOp's cuBLASLt pick vs the default at the decode GEMMs
+  run tunable 200 python benchmarks/gpu/bench_decode_gemm.py --tunableop --json "$OUT/gemm_tunableop.json"
 fi
 if has gemm; then
   run gemm 150 python benchmarks/gpu/bench_decode_gemm.py --json "$OUT/gemm.json"
