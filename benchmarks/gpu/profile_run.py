@@ -4,7 +4,8 @@ python benchmarks/gpu/profile_run.py [--model qwen3-0.6b] [--json PATH]
 
 Runs the standard throughput workload (256 requests, lengths uniform in [100, 1024], greedy,
 ignore EOS) once unprofiled (the figure, and it warms Triton's cache), then again under
-torch.profiler (CUDA activity only). From the second run's kernel records it prints the
+torch.profiler (CUDA activity only), with prefix caching off so that the profiled run
+prefills its prompts again like the first. From the second run's kernel records it prints the
 GPU-busy time (union of kernel intervals) against the wall time, the kernel time per
 category, and paged attention's achieved bandwidth over the run: the KV bytes the memory
 floor says must be read, over the attention kernels' summed time. The profiler's own
@@ -67,6 +68,17 @@ def union_us(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
+def idle_gaps(intervals: list[tuple[float, float]]) -> list[float]:
+    """Idle stretches (us) between kernels: short ones are launch gaps inside a graph,
+    long ones the GPU waiting for the host."""
+    gaps, end = [], None
+    for s, e in sorted(intervals):
+        if end is not None and s > end:
+            gaps.append(s - end)
+        end = e if end is None else max(end, e)
+    return gaps
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="qwen3-0.6b")
@@ -81,6 +93,7 @@ def main() -> int:
     llm = LLM(
         folder, load_format=load_format, dtype="bfloat16", device="cuda", seed=0,
         max_num_seqs=256, max_num_batched_tokens=8192, skip_tokenizer_init=True,
+        enable_prefix_caching=False,
     )  # fmt: skip
 
     def params(wl):
@@ -114,9 +127,14 @@ def main() -> int:
         by_name[e.name][0] += dur
         by_name[e.name][1] += 1
     busy = union_us(intervals) / 1e6
+    gaps = idle_gaps(intervals)
     ksum = sum(by_cat.values()) / 1e6
     print(f"profiled run: wall {prof_s:.3f} s, GPU busy {busy:.3f} s ({busy / prof_s:.1%}),"
           f" kernel time {ksum:.3f} s over {len(kernels)} kernels")  # fmt: skip
+    for label, lo, hi in (("<= 2 us", 0, 2), ("2-20 us", 2, 20), ("20-200 us", 20, 200),
+                          ("> 200 us", 200, float("inf"))):  # fmt: skip
+        sel = [g for g in gaps if lo < g <= hi]
+        print(f"  idle gaps {label:10s}: {len(sel):7d}, {sum(sel) / 1e6:.3f} s")
 
     pairs = [(len(p), o) for p, o in zip(w.prompts, w.output_lens, strict=True)]
     bw = measure_copy_bandwidth("cuda")
@@ -137,7 +155,8 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(dict(
             unprofiled_s=plain_s, output_tokens=n_out, profiled_s=prof_s, gpu_busy_s=busy,
-            kernel_s=ksum, categories_s={k: v / 1e6 for k, v in by_cat.items()},
+            kernel_s=ksum, idle_gaps_s=sum(gaps) / 1e6,
+            categories_s={k: v / 1e6 for k, v in by_cat.items()},
             attention_tb_s=attn_bw, copy_bw_tb_s=bw / 1e12, floor_s=floor["floor_s"],
             top_kernels=[dict(name=n, total_ms=us / 1e3, count=c) for n, (us, c) in top],
         ), indent=1))  # fmt: skip

@@ -29,6 +29,7 @@ from check_attention import (  # noqa: E402
     DTYPE,
     HKV,
     HQ,
+    SCALE,
     D,
     attn_call,
     make_batch,
@@ -52,7 +53,49 @@ SHAPES = [
     ("b256 ctx520", [520] * 256),
     ("b128 spread300-2000", _spread(128, 300, 2000, 1)),
     ("b64 spread600-2000", _spread(64, 600, 2000, 2)),
+    ("b200 spread400-1500", _spread(200, 400, 1500, 3)),
 ]
+
+
+def persistent_ab(name, q, cache, md, ctxs, order, kv_bytes) -> dict:
+    """The unified kernel (one program per sequence and kv head) against the persistent
+    decode grid at a few programs-per-SM and tile configs; outputs must be bit-identical."""
+    from strixlm.kernels import paged_decode as pdk
+
+    sms = pa.num_sms(q.device)
+    heur = pa.select_config(HQ, HKV, D, len(ctxs), 1, max(ctxs), sms)
+    unified = dataclasses.replace(heur, persistent=False)
+    base_fn = attn_call(q, cache, md, False, unified, seq_order=order)
+    base = base_fn()
+    t_base = graph_time_us(base_fn)
+    print(f"{name}: unified {unified} {t_base:.1f} us ({kv_bytes / t_base / 1e6:.2f} TB/s)")
+    row = {"shape": name, "unified_us": t_base, "persistent": []}
+    for ctas in (2, 3, 4):
+        for tile, warps, stages in ((64, 2, 3), (64, 2, 2), (32, 2, 3), (32, 2, 4), (64, 4, 3)):
+            n_prog = max(1, min(len(ctxs), sms * ctas // HKV))
+
+            def fn(tile=tile, warps=warps, stages=stages, n_prog=n_prog):
+                out = torch.empty_like(q)
+                return pdk.paged_decode_persistent(
+                    q, cache, md.query_start_loc, md.seq_lens, md.block_table, SCALE, out,
+                    block_m=16, tile=tile, num_warps=warps, num_stages=stages, k_rows=False,
+                    sms=sms, seq_order=order, num_programs=n_prog,
+                )  # fmt: skip
+
+            try:
+                got = fn()
+                same = torch.equal(got, base) if tile == unified.tile else None
+                err = rel_err(got, base)[0]
+                t = graph_time_us(fn)
+            except Exception as e:  # out of shared memory, etc.
+                print(f"    ctas {ctas} tile {tile} w{warps} s{stages}: {type(e).__name__}")
+                continue
+            print(f"    persistent {ctas}/SM tile {tile} w{warps} s{stages}: {t:7.1f} us"
+                  f" ({kv_bytes / t / 1e6:.2f} TB/s, x{t_base / t:.3f}) bit-equal {same}"
+                  f" rel {err:.1e}")  # fmt: skip
+            row["persistent"].append(dict(ctas=ctas, tile=tile, warps=warps, stages=stages,
+                                          us=t, bit_equal=same, rel_err=err))  # fmt: skip
+    return row
 
 
 def main() -> None:
@@ -61,6 +104,9 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=240.0)
     ap.add_argument(
         "--quick", action="store_true", help="the heuristic's config only (grid and order A/B)"
+    )
+    ap.add_argument(
+        "--persistent", action="store_true", help="only the unified vs persistent decode A/B"
     )
     args = ap.parse_args()
     deadline = time.monotonic() + args.budget_s
@@ -76,6 +122,12 @@ def main() -> None:
         kv_bytes = sum(ctxs) * HKV * D * 2 * cache.element_size()
         sms = pa.num_sms(q.device)
         heur = pa.select_config(HQ, HKV, D, b, 1, max(ctxs), sms)
+        if args.persistent:
+            order = torch.tensor(sorted(range(b), key=lambda i: -ctxs[i]), dtype=torch.int32)
+            results.append(persistent_ab(name, q, cache, md, ctxs, order.to(q.device), kv_bytes))
+            del cache
+            torch.cuda.empty_cache()
+            continue
         # The query-tile search grid (before one program per sequence), same config.
         md_search = dataclasses.replace(md, max_query_len=heur.block_m // (HQ // HKV) + 1)
         t_search = graph_time_us(attn_call(q, cache, md_search, False, heur))

@@ -62,6 +62,7 @@ class AttnConfig:
     num_stages: int
     num_splits: int = 1  # > 1: split-K with that many KV segments
     k_rows: bool = False  # load K as [TILE, D] rows (contiguous per token) and transpose
+    persistent: bool = False  # decode: paged_decode's persistent grid (one query per seq)
 
 
 def _pow2(n: int) -> int:
@@ -138,8 +139,17 @@ def select_config(
         num_splits = choose_num_splits(
             num_seqs, num_kv_heads, max_query_len, max_seq_len, cfg.tile, sms
         )
+    from strixlm.kernels.paged_decode import use_persistent
+
+    persistent = num_splits <= 1 and use_persistent(num_seqs, num_kv_heads, max_query_len, sms)
     return AttnConfig(
-        cfg.block_m, cfg.tile, cfg.num_warps, cfg.num_stages, max(1, num_splits), cfg.k_rows
+        cfg.block_m,
+        cfg.tile,
+        cfg.num_warps,
+        cfg.num_stages,
+        max(1, num_splits),
+        cfg.k_rows,
+        persistent,
     )
 
 
@@ -447,6 +457,15 @@ def paged_attention(
     seq_grid = max_query_len <= block_q
     n_q_blocks = num_seqs if seq_grid else t // block_q + num_seqs
     split = cfg.num_splits > 1
+    if cfg.persistent and seq_grid and not split and max_query_len == 1:
+        from strixlm.kernels.paged_decode import paged_decode_persistent
+
+        return paged_decode_persistent(
+            q, kv_cache, query_start_loc, seq_lens, block_table, scale, out,
+            block_m=cfg.block_m, tile=cfg.tile, num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages, k_rows=cfg.k_rows, sms=num_sms(q.device),
+            k_scale=k_scale, v_scale=v_scale, seq_order=seq_order,
+        )  # fmt: skip
     if kv_cache.dtype != FP8_DTYPE:
         k_scale = v_scale = 1.0
     kc, vc = kv_cache[0], kv_cache[1]

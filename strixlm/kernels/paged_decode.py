@@ -1,0 +1,220 @@
+"""Persistent decode attention: one flat, pipelined loop over many sequences per program.
+
+The unified kernel (paged_attention.py) gives each (sequence, kv head) its own program. At
+decode that is thousands of short programs, and each one pays a start-up chain before its
+first KV tile streams (sequence index -> lengths -> block table -> K/V: dependent loads) and
+a drain after its last. On the H200 that costs ~2.5 us a program: ~1.2 TB/s of attention's
+bandwidth at 520-token contexts, and less as contexts grow (4.27 TB/s at 2048).
+
+Here a fixed grid of P programs per kv head (about one wave) shares the sequences out, and
+each program walks all KV tiles of all its sequences as ONE loop: iteration t finds its
+sequence and tile from a prefix sum of tile counts held in registers, so every load address
+is a function of t alone and Triton's software pipeliner prefetches across sequence
+boundaries. When a sequence's last tile is done its row is normalized and stored and the
+online-softmax state restarts. The per-tile math is the unified kernel's `_attn_step`, in
+the same tile order, so the results are bit-identical to it.
+
+Sequences are dealt to programs in a snake over the longest-first order (ranks p, 2P-1-p,
+2P+p, ...) so that every program gets a similar number of tiles. Decode only: each sequence
+has 0 (graph padding, skipped) or 1 query token. The grid and MAX_ITEMS depend only on host
+ints, so the launch is CUDA-graph safe with padded batches.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from strixlm.kernels.kv_write import FP8_DTYPE, HAS_TRITON
+from strixlm.kernels.paged_attention import LOG2E, _pow2
+
+if HAS_TRITON:
+    import triton
+    import triton.language as tl
+
+    from strixlm.kernels.paged_attention import _attn_step
+
+# Programs per SM the grid aims at (one wave at the decode config's shared memory).
+PERSISTENT_CTAS_PER_SM = int(os.environ.get("STRIXLM_ATTN_PERSISTENT_CTAS", "2"))
+# Use the persistent kernel only when each program gets at least this many sequences.
+PERSISTENT_MIN_ITEMS = 2
+
+
+def persistent_programs(num_seqs: int, num_kv_heads: int, sms: int) -> int:
+    """Programs per kv head (P): about PERSISTENT_CTAS_PER_SM per SM in all, at most one
+    per sequence."""
+    per_head = max(1, (sms * PERSISTENT_CTAS_PER_SM) // max(1, num_kv_heads))
+    return max(1, min(num_seqs, per_head))
+
+
+def use_persistent(num_seqs: int, num_kv_heads: int, max_query_len: int, sms: int) -> bool:
+    if max_query_len != 1 or os.environ.get("STRIXLM_ATTN_PERSISTENT", "1") == "0":
+        return False
+    p = persistent_programs(num_seqs, num_kv_heads, sms)
+    return num_seqs >= PERSISTENT_MIN_ITEMS * p
+
+
+if HAS_TRITON:
+
+    @triton.jit(do_not_specialize=["num_seqs"])
+    def _paged_decode_persistent_kernel(
+        out_ptr,
+        q_ptr,
+        k_cache_ptr,
+        v_cache_ptr,
+        block_table_ptr,
+        seq_lens_ptr,
+        qsl_ptr,
+        order_ptr,
+        qk_scale,
+        out_scale,
+        num_seqs,
+        stride_qt,
+        stride_qh,
+        stride_ot,
+        stride_oh,
+        stride_cb,
+        stride_cs,
+        stride_ch,
+        stride_bt,
+        G: tl.constexpr,
+        HEAD_DIM: tl.constexpr,
+        DIM_P: tl.constexpr,
+        BLOCK_SIZE: tl.constexpr,
+        TILE: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        MAX_ITEMS: tl.constexpr,
+        IEEE: tl.constexpr,
+        K_ROWS: tl.constexpr,
+        HAS_ORDER: tl.constexpr,
+    ):
+        p = tl.program_id(0)
+        n_prog = tl.num_programs(0)
+        kv_head = tl.program_id(1)
+
+        # This program's sequences (snake over the longest-first order) and their tiles.
+        idx = tl.arange(0, MAX_ITEMS)
+        rank = idx * n_prog + tl.where(idx % 2 == 0, p, n_prog - 1 - p)
+        item_ok = rank < num_seqs
+        if HAS_ORDER:
+            seqs = tl.load(order_ptr + rank, mask=item_ok, other=0)
+        else:
+            seqs = rank
+        q_lo = tl.load(qsl_ptr + seqs, mask=item_ok, other=0)
+        q_hi = tl.load(qsl_ptr + seqs + 1, mask=item_ok, other=0)
+        live = item_ok & (q_hi > q_lo)  # graph padding has no query: no tiles
+        lens = tl.load(seq_lens_ptr + seqs, mask=live, other=0)
+        tiles = tl.where(live, tl.cdiv(lens, TILE), 0)
+        ends = tl.cumsum(tiles, axis=0)
+        firsts = ends - tiles
+        total = tl.sum(tiles, axis=0)
+
+        offs_m = tl.arange(0, BLOCK_M)
+        offs_d = tl.arange(0, DIM_P)
+        offs_t = tl.arange(0, TILE)
+        head = kv_head * G + offs_m % G
+        row_ok = offs_m < G  # one query token: rows G.. are padding of the MMA tile
+        io_mask = row_ok[:, None] & (offs_d < HEAD_DIM)[None, :]
+        head_off = kv_head * stride_ch
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_M, DIM_P], dtype=tl.float32)
+        for t in range(0, total):
+            # Which sequence and tile: everything below is a function of t.
+            sel = idx == tl.sum((ends <= t).to(tl.int32), axis=0)
+            seq = tl.sum(tl.where(sel, seqs, 0), axis=0)
+            seq_len = tl.sum(tl.where(sel, lens, 0), axis=0)
+            j = t - tl.sum(tl.where(sel, firsts, 0), axis=0)
+            last = t == tl.sum(tl.where(sel, ends, 0), axis=0) - 1
+            tok = tl.sum(tl.where(sel, q_lo, 0), axis=0).to(tl.int64)
+            q = tl.load(
+                q_ptr + tok * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
+                mask=io_mask,
+                other=0.0,
+            )
+            q_abs = tl.zeros([BLOCK_M], dtype=tl.int32) + (seq_len - 1)
+            bt_row_ptr = block_table_ptr + seq.to(tl.int64) * stride_bt
+            acc, m_i, l_i = _attn_step(
+                acc, m_i, l_i, q, j, seq_len, q_abs, bt_row_ptr, k_cache_ptr, v_cache_ptr,
+                head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d,
+                HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, True, IEEE, K_ROWS,
+            )  # fmt: skip
+            if last:
+                res = acc * (out_scale / l_i)[:, None]
+                tl.store(
+                    out_ptr + tok * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
+                    res.to(out_ptr.dtype.element_ty),
+                    mask=io_mask,
+                )
+            acc = tl.where(last, 0.0, acc)
+            m_i = tl.where(last, float("-inf"), m_i)
+            l_i = tl.where(last, 0.0, l_i)
+
+
+def paged_decode_persistent(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_table: torch.Tensor,
+    scale: float,
+    out: torch.Tensor,
+    *,
+    block_m: int,
+    tile: int,
+    num_warps: int,
+    num_stages: int,
+    k_rows: bool,
+    sms: int,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+    seq_order: torch.Tensor | None = None,
+    num_programs: int | None = None,
+) -> torch.Tensor:
+    """Decode attention (each sequence 0 or 1 query tokens) with the persistent grid; the
+    arguments are paged_attention's. Rows of graph-padding sequences are not written."""
+    _, hq, d = q.shape
+    _, _, bs, hkv, _ = kv_cache.shape
+    num_seqs = seq_lens.shape[0]
+    g = hq // hkv
+    assert block_m >= g
+    n_prog = num_programs or persistent_programs(num_seqs, hkv, sms)
+    max_items = max(2, _pow2(-(-num_seqs // n_prog)))
+    if kv_cache.dtype != FP8_DTYPE:
+        k_scale = v_scale = 1.0
+    kc, vc = kv_cache[0], kv_cache[1]
+    _paged_decode_persistent_kernel[(n_prog, hkv)](
+        out,
+        q,
+        kc,
+        vc,
+        block_table,
+        seq_lens,
+        query_start_loc,
+        seq_order if seq_order is not None else seq_lens,  # unread without HAS_ORDER
+        float(scale * k_scale * LOG2E),
+        float(v_scale),
+        num_seqs,
+        q.stride(0),
+        q.stride(1),
+        out.stride(0),
+        out.stride(1),
+        kc.stride(0),
+        kc.stride(1),
+        kc.stride(2),
+        block_table.stride(0),
+        G=g,
+        HEAD_DIM=d,
+        DIM_P=max(16, _pow2(d)),
+        BLOCK_SIZE=bs,
+        TILE=tile,
+        BLOCK_M=block_m,
+        MAX_ITEMS=max_items,
+        IEEE=q.dtype == torch.float32,
+        K_ROWS=k_rows,
+        HAS_ORDER=seq_order is not None,
+        num_warps=num_warps,
+        num_stages=num_stages,
+    )
+    return out

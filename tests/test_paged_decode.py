@@ -1,0 +1,128 @@
+"""Persistent decode attention (kernels/paged_decode.py) under TRITON_INTERPRET=1.
+
+It must give the unified kernel's output bit for bit (same tiles, same order, same step
+function) for any number of programs, sequence order, padding and cache dtype, and match
+the torch reference; the dispatch takes it only for one-query decode batches big enough to
+give each program several sequences.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from aot_compile import assert_compiles  # noqa: E402
+
+triton = pytest.importorskip("triton", reason="triton is not installed")
+
+from test_triton_attention import Batch, rel_err  # noqa: E402
+
+from strixlm.kernels import kv_write as kvw  # noqa: E402
+from strixlm.kernels import paged_attention as pa  # noqa: E402
+from strixlm.kernels import paged_decode as pdk  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+# Eleven decoding sequences of 2 to 71 tokens: 1 to 5 KV tiles of 16 each.
+ROWS = [(c, 1) for c in (12, 1, 70, 33, 5, 48, 16, 64, 2, 29, 40)]
+UNIFIED = pa.AttnConfig(16, 16, 4, 2)
+
+
+def _args(b: Batch):
+    return (b.q, b.kv_cache, b.md.query_start_loc, b.md.seq_lens, b.block_table, 0.2)
+
+
+def _persistent(b: Batch, n_prog: int, seq_order=None, **kw):
+    out = torch.full_like(b.q, float("nan"))
+    return pdk.paged_decode_persistent(
+        *_args(b), out, block_m=16, tile=16, num_warps=4, num_stages=2, k_rows=False,
+        sms=132, seq_order=seq_order, num_programs=n_prog, **kw,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("n_prog", [1, 2, 3, 5])
+def test_persistent_equals_unified_kernel(n_prog):
+    """Programs with 2-11 sequences each, padded zero-length sequences among them."""
+    b = Batch(ROWS, 4, 2, 32, 4, torch.float32, seed=2, pad_tokens=3, pad_seqs=3)
+    unified = pa.paged_attention(*_args(b), max_query_len=1, max_seq_len=72, config=UNIFIED)
+    got = _persistent(b, n_prog)
+    assert torch.equal(got[: b.t], unified[: b.t])
+    ref = pa.paged_attention_ref(
+        b.q[: b.t], b.kv_cache, b.query_lens, b.seq_lens, b.block_table, 0.2
+    )
+    rel, mx = rel_err(got[: b.t], ref)
+    assert rel < 1e-5, (rel, mx)
+
+
+def test_persistent_sequence_order_and_fp16():
+    """Longest-first order with the padded rows last (as the engine builds it), fp16."""
+    b = Batch(ROWS, 8, 2, 64, 16, torch.float16, seed=4, pad_tokens=2, pad_seqs=2)
+    unified = pa.paged_attention(*_args(b), max_query_len=1, max_seq_len=72, config=UNIFIED)
+    lens = b.seq_lens + [0, 0]
+    order = torch.tensor(sorted(range(len(lens)), key=lambda i: -lens[i]), dtype=torch.int32)
+    for n_prog in (2, 4):
+        got = _persistent(b, n_prog, seq_order=order)
+        assert torch.equal(got[: b.t], unified[: b.t]), n_prog
+
+
+def test_persistent_fp8_cache():
+    b = Batch(ROWS, 4, 2, 32, 4, torch.float32, cache_dtype=kvw.FP8_DTYPE, seed=6)
+    kw = dict(k_scale=0.03, v_scale=0.05)
+    unified = pa.paged_attention(*_args(b), max_query_len=1, max_seq_len=72, config=UNIFIED, **kw)
+    got = _persistent(b, 3, **kw)
+    assert torch.equal(got[: b.t], unified[: b.t])
+
+
+def test_dispatch_through_paged_attention(monkeypatch):
+    """paged_attention routes a config with persistent=True to the persistent kernel."""
+    b = Batch(ROWS, 4, 2, 32, 4, torch.float32, seed=8)
+    cfg = pa.AttnConfig(16, 16, 4, 2, persistent=True)
+    calls = []
+    real = pdk.paged_decode_persistent
+    monkeypatch.setattr(
+        pdk, "paged_decode_persistent", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
+    got = pa.paged_attention(*_args(b), max_query_len=1, max_seq_len=72, config=cfg)
+    unified = pa.paged_attention(*_args(b), max_query_len=1, max_seq_len=72, config=UNIFIED)
+    assert calls and torch.equal(got[: b.t], unified[: b.t])
+
+
+def test_persistent_heuristic(monkeypatch):
+    sel = pa.select_config  # Qwen3-0.6B heads on 132 SMs: 33 programs per kv head
+    assert sel(16, 8, 128, 256, 1, 2048, 132).persistent
+    assert sel(16, 8, 128, 66, 1, 2048, 132).persistent  # two sequences per program
+    assert not sel(16, 8, 128, 65, 1, 2048, 132).persistent
+    assert not sel(16, 8, 128, 256, 2, 2048, 132).persistent  # speculative verification
+    assert not sel(16, 8, 128, 256, 600, 2048, 132).persistent  # prefill
+    assert pdk.persistent_programs(256, 8, 132) == 33
+    monkeypatch.setenv("STRIXLM_ATTN_PERSISTENT", "0")
+    assert not sel(16, 8, 128, 256, 1, 2048, 132).persistent
+
+
+AOT_SCRIPT = r"""
+from strixlm.kernels import paged_decode as pdk
+
+for cache_dt in ("bf16", "fp8e4nv"):
+    sig = dict(out_ptr="*bf16", q_ptr="*bf16", k_cache_ptr=f"*{cache_dt}",
+               v_cache_ptr=f"*{cache_dt}", block_table_ptr="*i32", seq_lens_ptr="*i32",
+               qsl_ptr="*i32", order_ptr="*i32", qk_scale="fp32", out_scale="fp32",
+               num_seqs="i32")
+    for n in ("qt", "qh", "ot", "oh", "cb", "cs", "ch", "bt"):
+        sig["stride_" + n] = "i32"
+    consts = dict(G=2, HEAD_DIM=128, DIM_P=128, BLOCK_SIZE=16, TILE=64, BLOCK_M=16,
+                  MAX_ITEMS=8, IEEE=False, K_ROWS=False, HAS_ORDER=True)
+    names = list(sig) + list(consts)
+    div16 = [n for n in sig if n.endswith("_ptr") or (n.startswith("stride") and n != "stride_bt")]
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in div16}
+    src = ASTSource(pdk._paged_decode_persistent_kernel,
+                    {**sig, **{k: "constexpr" for k in consts}}, consts, attrs)
+    triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=2, num_stages=3))
+print("compiled")
+"""
+
+
+def test_persistent_kernel_compiles_for_sm90():
+    assert_compiles(AOT_SCRIPT)
