@@ -139,14 +139,14 @@ def select_config(
         num_splits = choose_num_splits(
             num_seqs, num_kv_heads, max_query_len, max_seq_len, cfg.tile, sms
         )
-    from strixlm.kernels.paged_decode import use_persistent
+    from strixlm.kernels.paged_decode import PERSISTENT_STAGES, use_persistent
 
     persistent = num_splits <= 1 and use_persistent(num_seqs, num_kv_heads, max_query_len, sms)
     return AttnConfig(
         cfg.block_m,
         cfg.tile,
         cfg.num_warps,
-        cfg.num_stages,
+        PERSISTENT_STAGES if persistent else cfg.num_stages,
         max(1, num_splits),
         cfg.k_rows,
         persistent,
@@ -168,6 +168,16 @@ if HAS_TRITON:
             else:
                 hi = mid
         return lo - 1
+
+    @triton.jit
+    def _fp8_compute_dtype(q, k_cache_ptr):
+        # A 16-bit q over an fp8 cache computes in fp16: fp8 -> fp16 is one native cvt per
+        # two values on sm89+, while bf16 took a second, scalar conversion per value (512
+        # per thread per tile at tile 64). The fp8 values are raw (at most 448): the scales
+        # are folded into qk_scale / out_scale. fp32 q keeps the fp32 (IEEE) path.
+        if k_cache_ptr.dtype.element_ty == tl.float8e4nv and q.dtype != tl.float32:
+            q = q.to(tl.float16)
+        return q
 
     @triton.jit
     def _attn_step(
@@ -320,6 +330,7 @@ if HAS_TRITON:
             mask=io_mask,
             other=0.0,
         )
+        q = _fp8_compute_dtype(q, k_cache_ptr)
 
         # Keys this tile of queries may see, and the prefix every one of its rows sees.
         kv_end = tl.minimum(seq_len, ctx_len + (local + 1) * BLOCK_Q)

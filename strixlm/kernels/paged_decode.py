@@ -1,18 +1,16 @@
-"""Persistent decode attention: one flat, pipelined loop over many sequences per program.
+"""Persistent decode attention: one flat loop over many sequences per program.
 
-The unified kernel (paged_attention.py) gives each (sequence, kv head) its own program. At
-decode that is thousands of short programs, and each one pays a start-up chain before its
-first KV tile streams (sequence index -> lengths -> block table -> K/V: dependent loads) and
-a drain after its last. On the H200 that costs ~2.5 us a program: ~1.2 TB/s of attention's
-bandwidth at 520-token contexts, and less as contexts grow (4.27 TB/s at 2048).
-
-Here a fixed grid of P programs per kv head (about one wave) shares the sequences out, and
-each program walks all KV tiles of all its sequences as ONE loop: iteration t finds its
-sequence and tile from a prefix sum of tile counts held in registers, so every load address
-is a function of t alone and Triton's software pipeliner prefetches across sequence
-boundaries. When a sequence's last tile is done its row is normalized and stored and the
-online-softmax state restarts. The per-tile math is the unified kernel's `_attn_step`, in
-the same tile order, so the results are bit-identical to it.
+The unified kernel (paged_attention.py) gives each (sequence, kv head) its own program: at
+decode, thousands of short programs, each paying a start-up chain (sequence index ->
+lengths -> block table -> K/V, dependent loads) before its first tile streams and a drain
+after its last. Here a fixed grid of P programs per kv head (one wave: four per SM) shares
+the sequences out, and each program walks all KV tiles of all its sequences as ONE loop:
+iteration t finds its sequence and tile from a prefix sum of tile counts held in registers,
+so every load address is a function of t alone and the software pipeliner prefetches
+across sequence boundaries. After a sequence's last tile its row is normalized and stored
+and the online-softmax state restarts. The per-tile math is the unified kernel's
+`_attn_step` in the same tile order: identical results under the interpreter; compiled, the
+two loops may round differently (within bf16 tolerance on the H200).
 
 Sequences are dealt to programs in a snake over the longest-first order (ranks p, 2P-1-p,
 2P+p, ...) so that every program gets a similar number of tiles. Decode only: each sequence
@@ -33,17 +31,22 @@ if HAS_TRITON:
     import triton
     import triton.language as tl
 
-    from strixlm.kernels.paged_attention import _attn_step
+    from strixlm.kernels.paged_attention import _attn_step, _fp8_compute_dtype
 
-# Programs per SM the grid aims at (one wave at the decode config's shared memory).
-PERSISTENT_CTAS_PER_SM = int(os.environ.get("STRIXLM_ATTN_PERSISTENT_CTAS", "2"))
-# Use the persistent kernel only when each program gets at least this many sequences.
-PERSISTENT_MIN_ITEMS = 2
+# Programs per SM: four 2-warp programs fill an SM at tile 64 (registers); five or six
+# spill into a second wave. H200, sweep_decode_attn.py --persistent (2026-12-01): 4/SM beat
+# the unified kernel by 2-10% from batch 128 up, 2-3/SM lost 5-25%, and at batch 64 (one
+# sequence per program) it lost 7%.
+PERSISTENT_CTAS_PER_SM = int(os.environ.get("STRIXLM_ATTN_PERSISTENT_CTAS", "4"))
+# Use it when programs get at least this many sequences on average (batch 128 gives 1.94).
+PERSISTENT_MIN_ITEMS = 1.75
+# K/V stay single-buffered up to 4 stages at tile 64; 2 stages timed 1-2% better than 3.
+PERSISTENT_STAGES = 2
 
 
 def persistent_programs(num_seqs: int, num_kv_heads: int, sms: int) -> int:
-    """Programs per kv head (P): about PERSISTENT_CTAS_PER_SM per SM in all, at most one
-    per sequence."""
+    """Programs per kv head (P): PERSISTENT_CTAS_PER_SM per SM in all, at most one per
+    sequence."""
     per_head = max(1, (sms * PERSISTENT_CTAS_PER_SM) // max(1, num_kv_heads))
     return max(1, min(num_seqs, per_head))
 
@@ -133,6 +136,7 @@ if HAS_TRITON:
                 mask=io_mask,
                 other=0.0,
             )
+            q = _fp8_compute_dtype(q, k_cache_ptr)
             q_abs = tl.zeros([BLOCK_M], dtype=tl.int32) + (seq_len - 1)
             bt_row_ptr = block_table_ptr + seq.to(tl.int64) * stride_bt
             acc, m_i, l_i = _attn_step(
