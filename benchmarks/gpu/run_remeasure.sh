@@ -17,6 +17,7 @@
 #   readbw  copy vs streaming-read bandwidth (bench_read_bw.py)
 #   tunable TunableOp-tuned cuBLASLt GEMMs vs the default pick (bench_decode_gemm --tunableop)
 #   persist decode attention, unified vs persistent grid (sweep_decode_attn --persistent)
+#   abpersist the workload with STRIXLM_ATTN_PERSISTENT=1 / 0, alternating, twice each
 #   fp8     check_attention --quick (fp8 cache bytes vs torch) and the workload with fp8 KV
 #   inductor  torch.compile max-autotune GEMMs at M=256 vs cuBLAS (bench_decode_gemm --inductor)
 #   gemm    decode GEMMs at batch 64-256: cuBLAS vs weight layout vs split-K Triton, and
@@ -76,6 +77,12 @@ if has readbw; then  # HBM read ceiling (what decode attention can reach) vs cop
 fi
 if has tunable; then  # PyTorch TunableOp's cuBLASLt pick vs the default at the decode GEMMs
   run tunable 200 python benchmarks/gpu/bench_decode_gemm.py --tunableop --json "$OUT/gemm_tunableop.json"
+fi
+if has abpersist; then  # the workload with the persistent decode kernel on / off, alternating
+  for v in on:1 off:0 on:1 off:0; do
+    STRIXLM_ATTN_PERSISTENT=${v#*:} run tp_persist_${v%%:*} 100 $TP --model qwen3-0.6b
+  done
+  grep -h "strixlm  " "$OUT"/tp_persist_*.log
 fi
 if has persist; then  # decode attention: unified vs persistent grid (bit-equal outputs)
   run persist 300 python benchmarks/gpu/sweep_decode_attn.py --persistent --json "$OUT/persistent.json"
