@@ -79,10 +79,10 @@ if has tunable; then  # PyTorch TunableOp's cuBLASLt pick vs the default at the 
   run tunable 200 python benchmarks/gpu/bench_decode_gemm.py --tunableop --json "$OUT/gemm_tunableop.json"
 fi
 if has abpersist; then  # the workload with the persistent decode kernel on / off, alternating
-  for v in on:1 off:0 on:1 off:0; do
+  for v in on1:1 off1:0 on2:1 off2:0; do
     STRIXLM_ATTN_PERSISTENT=${v#*:} run tp_persist_${v%%:*} 100 $TP --model qwen3-0.6b
   done
-  grep -h "strixlm  " "$OUT"/tp_persist_*.log
+  grep "strixlm  " "$OUT"/tp_persist_*.log
 fi
 if has persist; then  # decode attention: unified vs persistent grid (bit-equal outputs)
   run persist 300 python benchmarks/gpu/sweep_decode_attn.py --persistent --json "$OUT/persistent.json"
