@@ -35,7 +35,7 @@ from strixlm.entrypoints.llm import LLM  # noqa: E402
 
 # Kernel-name fragments -> category (first match wins).
 CATEGORIES = [
-    ("attention", ("paged_attn", "merge_segments")),
+    ("attention", ("paged_attn", "paged_decode", "merge_segments")),
     ("gemm", ("gemm", "gemv", "nvjet", "sm90_xmma", "cutlass", "cublas", "_mm_")),
     ("qk_norm_rope_kv", ("qk_norm_rope", "rotary", "kv_write")),
     ("rmsnorm", ("rmsnorm", "rms_norm")),
