@@ -13,13 +13,10 @@ from __future__ import annotations
 import torch
 
 from strixlm.kernels.kv_write import HAS_TRITON
-from strixlm.kernels.pdl import pdl_enabled
 
 if HAS_TRITON:
     import triton
     import triton.language as tl
-
-    from strixlm.kernels.pdl import pdl_prologue
 
 # Rows of x the kernel handles; above this the GEMM libraries win.
 MAX_ROWS = 8
@@ -60,9 +57,7 @@ if HAS_TRITON:
         BLOCK_K: tl.constexpr,
         EVEN_K: tl.constexpr,
         RELU2: tl.constexpr,
-        PDL: tl.constexpr,
     ):
-        pdl_prologue(PDL)
         pid = tl.program_id(0)
         offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
         offs_k = tl.arange(0, BLOCK_K)
@@ -163,7 +158,6 @@ def gemv(
     assert x.stride(1) == 1 and weight.stride(1) == 1
     out = torch.empty((m, n), dtype=out_dtype or x.dtype, device=x.device)
     block_k = min(block_k, triton.next_power_of_2(k))
-    pdl = pdl_enabled(x)
     _gemv_kernel[(triton.cdiv(n, block_n),)](
         out,
         x,
@@ -180,8 +174,6 @@ def gemv(
         BLOCK_K=block_k,
         EVEN_K=k % block_k == 0,
         RELU2=relu2,
-        PDL=pdl,
         num_warps=4,
-        launch_pdl=pdl,
     )
     return out

@@ -32,13 +32,10 @@ from dataclasses import dataclass
 import torch
 
 from strixlm.kernels.kv_write import FP8_DTYPE, HAS_TRITON
-from strixlm.kernels.pdl import pdl_enabled
 
 if HAS_TRITON:
     import triton
     import triton.language as tl
-
-    from strixlm.kernels.pdl import pdl_prologue
 
 LOG2E = 1.4426950408889634
 # Split heuristic knobs (see choose_num_splits); tuned on the H200 by
@@ -291,9 +288,7 @@ if HAS_TRITON:
         K_ROWS: tl.constexpr,
         SEQ_GRID: tl.constexpr,
         HAS_ORDER: tl.constexpr,
-        PDL: tl.constexpr,
     ):
-        pdl_prologue(PDL)
         kv_head = tl.program_id(1)
         seg = tl.program_id(2)
         if SEQ_GRID:
@@ -399,9 +394,7 @@ if HAS_TRITON:
         DIM_P: tl.constexpr,
         NUM_SEGS: tl.constexpr,
         SEGS_P: tl.constexpr,
-        PDL: tl.constexpr,
     ):
-        pdl_prologue(PDL)
         t = tl.program_id(0).to(tl.int64)
         h = tl.program_id(1)
         offs_s = tl.arange(0, SEGS_P)
@@ -487,7 +480,6 @@ def paged_attention(
     if kv_cache.dtype != FP8_DTYPE:
         k_scale = v_scale = 1.0
     kc, vc = kv_cache[0], kv_cache[1]
-    pdl = pdl_enabled(q)
     if split:
         segm_acc = torch.empty((t, hq, cfg.num_splits, dim_p), dtype=torch.float32, device=q.device)
         segm_max = torch.empty((t, hq, cfg.num_splits), dtype=torch.float32, device=q.device)
@@ -531,10 +523,8 @@ def paged_attention(
         K_ROWS=cfg.k_rows,
         SEQ_GRID=seq_grid,
         HAS_ORDER=seq_grid and seq_order is not None,
-        PDL=pdl,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
-        launch_pdl=pdl,
     )
     if split:
         _merge_segments_kernel[(t, hq)](
@@ -550,9 +540,7 @@ def paged_attention(
             DIM_P=dim_p,
             NUM_SEGS=cfg.num_splits,
             SEGS_P=_pow2(cfg.num_splits),
-            PDL=pdl,
             num_warps=4 if dim_p >= 128 else 2,
-            launch_pdl=pdl,
         )
     return out
 

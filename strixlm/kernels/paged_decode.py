@@ -26,14 +26,12 @@ import torch
 
 from strixlm.kernels.kv_write import FP8_DTYPE, HAS_TRITON
 from strixlm.kernels.paged_attention import LOG2E, _pow2
-from strixlm.kernels.pdl import pdl_enabled
 
 if HAS_TRITON:
     import triton
     import triton.language as tl
 
     from strixlm.kernels.paged_attention import _attn_step, _fp8_compute_dtype
-    from strixlm.kernels.pdl import pdl_prologue
 
 # Programs per SM: four 2-warp programs fill an SM at tile 64 (registers); five or six
 # spill into a second wave. H200, sweep_decode_attn.py --persistent (2026-12-01): 4/SM beat
@@ -93,9 +91,7 @@ if HAS_TRITON:
         IEEE: tl.constexpr,
         K_ROWS: tl.constexpr,
         HAS_ORDER: tl.constexpr,
-        PDL: tl.constexpr,
     ):
-        pdl_prologue(PDL)
         p = tl.program_id(0)
         n_prog = tl.num_programs(0)
         kv_head = tl.program_id(1)
@@ -192,7 +188,6 @@ def paged_decode_persistent(
     if kv_cache.dtype != FP8_DTYPE:
         k_scale = v_scale = 1.0
     kc, vc = kv_cache[0], kv_cache[1]
-    pdl = pdl_enabled(q)
     _paged_decode_persistent_kernel[(n_prog, hkv)](
         out,
         q,
@@ -223,9 +218,7 @@ def paged_decode_persistent(
         IEEE=q.dtype == torch.float32,
         K_ROWS=k_rows,
         HAS_ORDER=seq_order is not None,
-        PDL=pdl,
         num_warps=num_warps,
         num_stages=num_stages,
-        launch_pdl=pdl,
     )
     return out

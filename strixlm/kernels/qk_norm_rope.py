@@ -20,7 +20,6 @@ try:
     import triton.language as tl
 
     from strixlm.kernels.kv_write import cache_value
-    from strixlm.kernels.pdl import pdl_enabled, pdl_prologue
     from strixlm.kernels.rotary import check_rotary_inputs, head_tiles
 
     HAS_TRITON = True
@@ -113,9 +112,7 @@ if HAS_TRITON:
         WRITE_KV: tl.constexpr,
         BLOCK_SIZE: tl.constexpr,
         FP8: tl.constexpr,
-        PDL: tl.constexpr,
     ):
-        pdl_prologue(PDL)
         # One program per token: its cos/sin row and both weights are loaded once and
         # reused for every head, looped over in blocks of BLOCK_H heads.
         tok = tl.program_id(0).to(tl.int64)
@@ -218,7 +215,6 @@ def qk_norm_rope_inplace(
     else:
         v, kc, vc, slot_mapping = k, k, k, positions  # never read without WRITE_KV
     block_h, block_half = head_tiles(n_q_heads, k.shape[1], half)
-    pdl = pdl_enabled(q)
     _qk_norm_rope_kernel[(t,)](
         q,
         k,
@@ -254,7 +250,5 @@ def qk_norm_rope_inplace(
         WRITE_KV=write,
         BLOCK_SIZE=kv_cache.shape[2] if write else 1,
         FP8=write and kv_cache.dtype == FP8_DTYPE,
-        PDL=pdl,
         num_warps=4,
-        launch_pdl=pdl,
     )
