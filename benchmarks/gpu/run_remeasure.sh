@@ -18,7 +18,6 @@
 #   tunable TunableOp-tuned cuBLASLt GEMMs vs the default pick (bench_decode_gemm --tunableop)
 #   persist decode attention, unified vs persistent grid (sweep_decode_attn --persistent)
 #   abpersist the workload with STRIXLM_ATTN_PERSISTENT=1 / 0, alternating, twice each
-#   abpdl   the workload with STRIXLM_DISABLE_PDL=0 / 1, alternating, twice each
 #   e2e     greedy tokens vs HF on CUDA (check_e2e.py) only
 #   fp8     check_attention --quick (fp8 cache bytes vs torch) and the workload with fp8 KV
 #   inductor  torch.compile max-autotune GEMMs at M=256 vs cuBLAS (bench_decode_gemm --inductor)
@@ -58,9 +57,6 @@ if has tp; then  # the standard workload: warm-up run, then the figure
   run tp_warm 100 $TP --model qwen3-0.6b
   run tp 100 $TP --model qwen3-0.6b --output-json "$OUT/tp.json"
 fi
-if has e2e; then
-  run e2e 200 python benchmarks/gpu/check_e2e.py
-fi
 if has prof1; then
   run prof_b1 110 python benchmarks/gpu/profile_step.py --batch 1 --steps 50
 fi
@@ -88,12 +84,6 @@ if has abpersist; then  # the workload with the persistent decode kernel on / of
     STRIXLM_ATTN_PERSISTENT=${v#*:} run tp_persist_${v%%:*} 100 $TP --model qwen3-0.6b
   done
   grep "strixlm  " "$OUT"/tp_persist_*.log
-fi
-if has abpdl; then  # the workload with programmatic dependent launch on / off, alternating
-  for v in on1:0 off1:1 on2:0 off2:1; do
-    STRIXLM_DISABLE_PDL=${v#*:} run tp_pdl_${v%%:*} 100 $TP --model qwen3-0.6b
-  done
-  grep "strixlm  " "$OUT"/tp_pdl_*.log
 fi
 if has persist; then  # decode attention: unified vs persistent grid (bit-equal outputs)
   run persist 300 python benchmarks/gpu/sweep_decode_attn.py --persistent --json "$OUT/persistent.json"
