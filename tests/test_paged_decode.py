@@ -131,7 +131,8 @@ for cache_dt in ("bf16", "fp8e4nv"):
     for n in ("qt", "qh", "ot", "oh", "cb", "cs", "ch", "bt"):
         sig["stride_" + n] = "i32"
     consts = dict(G=2, HEAD_DIM=128, DIM_P=128, BLOCK_SIZE=16, TILE=64, BLOCK_M=16,
-                  MAX_ITEMS=8, IEEE=False, K_ROWS=False, HAS_ORDER=True)
+                  MAX_ITEMS=8, IEEE=False, K_ROWS=False, HAS_ORDER=True,
+                  FP8_PAIRS=cache_dt == "fp8e4nv")
     names = list(sig) + list(consts)
     div16 = [n for n in sig if n.endswith("_ptr") or (n.startswith("stride") and n != "stride_bt")]
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in div16}

@@ -180,6 +180,31 @@ if HAS_TRITON:
         return q
 
     @triton.jit
+    def _fp8_pairs_to_f16(x):
+        # x: int16 holding two e4m3 bytes (element 2i in the low byte): one packed convert,
+        # exact (every e4m3 value is an fp16 value). Triton's own fp8 -> fp16 path moved the
+        # tiles through shared memory a byte at a time (256 ld.shared.b8 per thread per tile).
+        lo, hi = tl.inline_asm_elementwise(
+            "{ .reg .b32 t; cvt.rn.f16x2.e4m3x2 t, $2; mov.b32 {$0, $1}, t; }",
+            "=h,=h,h",
+            [x],
+            dtype=(tl.float16, tl.float16),
+            is_pure=True,
+            pack=1,
+        )
+        return lo, hi
+
+    @triton.jit
+    def _load_fp8_rows_f16(cache_ptr, tok, ok_t, HEAD_DIM: tl.constexpr, TILE: tl.constexpr):
+        # [TILE, HEAD_DIM] fp16 from fp8 rows starting at element offsets tok (even), read
+        # as pairs: 16-byte vector loads and no byte-wise shared-memory traffic.
+        offs_h = tl.arange(0, HEAD_DIM // 2)
+        ptrs = cache_ptr.to(tl.pointer_type(tl.int16)) + ((tok // 2)[:, None] + offs_h[None, :])
+        raw = tl.load(ptrs, mask=ok_t[:, None], other=0)
+        lo, hi = _fp8_pairs_to_f16(raw)
+        return tl.reshape(tl.join(lo, hi), [TILE, HEAD_DIM])
+
+    @triton.jit
     def _attn_step(
         acc,
         m_i,
@@ -204,6 +229,7 @@ if HAS_TRITON:
         MASKED: tl.constexpr,
         IEEE: tl.constexpr,
         K_ROWS: tl.constexpr,
+        FP8_PAIRS: tl.constexpr,
     ):
         pos = j * TILE + offs_t
         if MASKED:
@@ -215,7 +241,11 @@ if HAS_TRITON:
         # Both tiles as [TILE, D]: one contiguous row of D values per token. K is transposed
         # in registers for the dot (K_ROWS), or loaded as [D, TILE] directly (the old path).
         rows_ptr = tok[:, None] + offs_d[None, :]
-        if MASKED or not EVEN_D:
+        if FP8_PAIRS:  # fp8 cache, 16-bit q, compiled for the GPU, HEAD_DIM a power of two
+            ok_t = pos < kv_end
+            v = _load_fp8_rows_f16(v_cache_ptr, tok, ok_t, HEAD_DIM, TILE)
+            k = tl.trans(_load_fp8_rows_f16(k_cache_ptr, tok, ok_t, HEAD_DIM, TILE))
+        elif MASKED or not EVEN_D:
             ok = (pos < kv_end)[:, None] & (offs_d < HEAD_DIM)[None, :]
             v = tl.load(v_cache_ptr + rows_ptr, mask=ok, other=0.0)
             if K_ROWS:
@@ -288,6 +318,7 @@ if HAS_TRITON:
         K_ROWS: tl.constexpr,
         SEQ_GRID: tl.constexpr,
         HAS_ORDER: tl.constexpr,
+        FP8_PAIRS: tl.constexpr,
     ):
         kv_head = tl.program_id(1)
         seg = tl.program_id(2)
@@ -353,13 +384,13 @@ if HAS_TRITON:
             acc, m_i, l_i = _attn_step(
                 acc, m_i, l_i, q, j, kv_end, q_abs, bt_row_ptr, k_cache_ptr, v_cache_ptr,
                 head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d,
-                HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, False, IEEE, K_ROWS,
+                HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, False, IEEE, K_ROWS, FP8_PAIRS,
             )  # fmt: skip
         for j in range(mid, hi):
             acc, m_i, l_i = _attn_step(
                 acc, m_i, l_i, q, j, kv_end, q_abs, bt_row_ptr, k_cache_ptr, v_cache_ptr,
                 head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d,
-                HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, True, IEEE, K_ROWS,
+                HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, True, IEEE, K_ROWS, FP8_PAIRS,
             )  # fmt: skip
 
         if SPLIT:
@@ -523,6 +554,7 @@ def paged_attention(
         K_ROWS=cfg.k_rows,
         SEQ_GRID=seq_grid,
         HAS_ORDER=seq_grid and seq_order is not None,
+        FP8_PAIRS=fp8_pairs(q, kv_cache),
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
@@ -580,6 +612,18 @@ def paged_attention_ref(
         out[start : start + qlen] = (s.softmax(-1) @ vv).transpose(0, 1).to(q.dtype)
         start += qlen
     return out
+
+
+def fp8_pairs(q: torch.Tensor, kv_cache: torch.Tensor) -> bool:
+    """Read an fp8 cache as byte pairs with one packed convert (inline PTX, so compiled
+    kernels only): a 16-bit q, an even head dim that fills its tile."""
+    d = q.shape[-1]
+    return (
+        kv_cache.dtype == FP8_DTYPE
+        and q.dtype != torch.float32
+        and d == max(16, _pow2(d))
+        and not interpreter_active()
+    )
 
 
 def interpreter_active() -> bool:

@@ -25,7 +25,7 @@ import os
 import torch
 
 from strixlm.kernels.kv_write import FP8_DTYPE, HAS_TRITON
-from strixlm.kernels.paged_attention import LOG2E, _pow2
+from strixlm.kernels.paged_attention import LOG2E, _pow2, fp8_pairs
 
 if HAS_TRITON:
     import triton
@@ -91,6 +91,7 @@ if HAS_TRITON:
         IEEE: tl.constexpr,
         K_ROWS: tl.constexpr,
         HAS_ORDER: tl.constexpr,
+        FP8_PAIRS: tl.constexpr,
     ):
         p = tl.program_id(0)
         n_prog = tl.num_programs(0)
@@ -142,7 +143,7 @@ if HAS_TRITON:
             acc, m_i, l_i = _attn_step(
                 acc, m_i, l_i, q, j, seq_len, q_abs, bt_row_ptr, k_cache_ptr, v_cache_ptr,
                 head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d,
-                HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, True, IEEE, K_ROWS,
+                HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, True, IEEE, K_ROWS, FP8_PAIRS,
             )  # fmt: skip
             if last:
                 res = acc * (out_scale / l_i)[:, None]
@@ -218,6 +219,7 @@ def paged_decode_persistent(
         IEEE=q.dtype == torch.float32,
         K_ROWS=k_rows,
         HAS_ORDER=seq_order is not None,
+        FP8_PAIRS=fp8_pairs(q, kv_cache),
         num_warps=num_warps,
         num_stages=num_stages,
     )
