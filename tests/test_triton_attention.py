@@ -414,3 +414,19 @@ print("compiled")
 def test_kernels_compile_for_sm90():
     """The interpreter never compiles; ptxas (shipped with triton) does, without a GPU."""
     assert_compiles(AOT_SCRIPT)
+
+
+def test_fp8_pairs_is_opt_in_and_compiled_only(monkeypatch):
+    """The byte-pair fp8 read (inline PTX) is never taken under the interpreter, nor for
+    fp32 q or a 16-bit cache, and only with STRIXLM_ATTN_FP8_PAIRS=1 until it has run on
+    a GPU."""
+    q = torch.zeros(1, 4, 32, dtype=torch.float16)
+    cache = torch.zeros(2, 1, 4, 2, 32).to(kvw.FP8_DTYPE)
+    assert not pa.fp8_pairs(q, cache)
+    monkeypatch.setenv("STRIXLM_ATTN_FP8_PAIRS", "1")
+    assert not pa.fp8_pairs(q, cache)  # the interpreter cannot run inline PTX
+    monkeypatch.setattr(pa, "interpreter_active", lambda: False)
+    assert pa.fp8_pairs(q, cache)
+    assert not pa.fp8_pairs(q.float(), cache)
+    assert not pa.fp8_pairs(q, cache.to(torch.float16))
+    assert not pa.fp8_pairs(torch.zeros(1, 4, 48, dtype=torch.float16), cache)

@@ -19,6 +19,7 @@
 #   persist decode attention, unified vs persistent grid (sweep_decode_attn --persistent)
 #   abpersist the workload with STRIXLM_ATTN_PERSISTENT=1 / 0, alternating, twice each
 #   e2e     greedy tokens vs HF on CUDA (check_e2e.py) only
+#   fp8pairs check_attention with and without STRIXLM_ATTN_FP8_PAIRS=1, then fp8 throughput
 #   fp8     check_attention --quick (fp8 cache bytes vs torch) and the workload with fp8 KV
 #   inductor  torch.compile max-autotune GEMMs at M=256 vs cuBLAS (bench_decode_gemm --inductor)
 #   gemm    decode GEMMs at batch 64-256: cuBLAS vs weight layout vs split-K Triton, and
@@ -84,6 +85,13 @@ if has abpersist; then  # the workload with the persistent decode kernel on / of
     STRIXLM_ATTN_PERSISTENT=${v#*:} run tp_persist_${v%%:*} 100 $TP --model qwen3-0.6b
   done
   grep "strixlm  " "$OUT"/tp_persist_*.log
+fi
+if has fp8pairs; then  # fp8 K/V read as byte pairs (opt-in until this runs): vs torch, then speed
+  STRIXLM_ATTN_FP8_PAIRS=1 run attn_check_pairs 150 python benchmarks/gpu/check_attention.py --quick
+  run attn_check_nopairs 150 python benchmarks/gpu/check_attention.py --quick
+  STRIXLM_ATTN_FP8_PAIRS=1 run tp_fp8_pairs_warm 100 $TP --model qwen3-0.6b --kv-cache-dtype fp8
+  STRIXLM_ATTN_FP8_PAIRS=1 run tp_fp8_pairs 100 $TP --model qwen3-0.6b --kv-cache-dtype fp8 \
+    --output-json "$OUT/tp_fp8_pairs.json"
 fi
 if has persist; then  # decode attention: unified vs persistent grid (bit-equal outputs)
   run persist 300 python benchmarks/gpu/sweep_decode_attn.py --persistent --json "$OUT/persistent.json"
