@@ -532,14 +532,7 @@ def paged_attention(
         float(scale * k_scale * LOG2E),
         float(v_scale),
         num_seqs,
-        q.stride(0),
-        q.stride(1),
-        out.stride(0),
-        out.stride(1),
-        kc.stride(0),
-        kc.stride(1),
-        kc.stride(2),
-        block_table.stride(0),
+        *launch_strides(q, out, kc, block_table),
         NUM_Q_HEADS=hq,
         G=g,
         HEAD_DIM=d,
@@ -575,6 +568,15 @@ def paged_attention(
             num_warps=4 if dim_p >= 128 else 2,
         )
     return out
+
+
+def launch_strides(q, out, k_cache, block_table) -> tuple[int, ...]:
+    """stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_cs, stride_ch,
+    stride_bt: the stride arguments both attention kernels take, in their order."""
+    return (
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_table.stride(0),
+    )  # fmt: skip
 
 
 def paged_attention_ref(

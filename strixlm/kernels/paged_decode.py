@@ -25,7 +25,7 @@ import os
 import torch
 
 from strixlm.kernels.kv_write import FP8_DTYPE, HAS_TRITON
-from strixlm.kernels.paged_attention import LOG2E, _pow2, fp8_pairs
+from strixlm.kernels.paged_attention import LOG2E, _pow2, fp8_pairs, launch_strides
 
 if HAS_TRITON:
     import triton
@@ -201,14 +201,7 @@ def paged_decode_persistent(
         float(scale * k_scale * LOG2E),
         float(v_scale),
         num_seqs,
-        q.stride(0),
-        q.stride(1),
-        out.stride(0),
-        out.stride(1),
-        kc.stride(0),
-        kc.stride(1),
-        kc.stride(2),
-        block_table.stride(0),
+        *launch_strides(q, out, kc, block_table),
         G=g,
         HEAD_DIM=d,
         DIM_P=max(16, _pow2(d)),
