@@ -18,6 +18,7 @@ tl = pytest.importorskip("triton.language")
 from aot_compile import assert_compiles  # noqa: E402
 
 from strixlm.kernels import sampler as kern  # noqa: E402
+from strixlm.kernels import sampler_topp as ktp  # noqa: E402
 from strixlm.sample.logprobs import gather_logprobs, raw_logprobs  # noqa: E402
 from strixlm.sample.metadata import SamplingMetadata, SamplingRow  # noqa: E402
 from strixlm.sample.penalties import apply_penalties, apply_suppress_tokens  # noqa: E402
@@ -171,16 +172,20 @@ def mixed_filter_rows(n: int) -> list[SamplingRow]:
     ids=["one-chunk", "three-chunks", "bf16"],
 )
 def test_filters_same_set_and_tokens(kwargs: dict, dtype: torch.dtype) -> None:
+    """The radix path's thresholds keep the reference's sets; both top-p paths (radix and
+    rejection) sample the reference's tokens."""
     torch.manual_seed(2)
     n, vocab = 12, 3000
     logits = (torch.randn(n, vocab) * 2.5).to(dtype)
-    out, ref, md, ts = run_both(logits, mixed_filter_rows(n), **kwargs)
+    out, ref, md, ts = run_both(logits, mixed_filter_rows(n), topp_rejection=False, **kwargs)
     assert not md.no_top_k_top_p_min_p
     kept, scaled = reference_kept(logits, md)
     ours = kernel_kept(scaled, ts)
     for b in range(n):
         assert torch.equal(ours[b], kept[b]), f"row {b}: filtered set differs"
     assert torch.equal(out.sampled_token_ids, ref.sampled_token_ids)
+    rej = TritonSampler(topp_rejection=True, **kwargs)(logits, md).sampled_token_ids
+    assert torch.equal(rej, ref.sampled_token_ids)
 
 
 def test_ties_at_the_thresholds_are_kept() -> None:
@@ -192,11 +197,13 @@ def test_ties_at_the_thresholds_are_kept() -> None:
         SamplingRow(top_k=[10, 100, 0, 50][i % 4], top_p=[1.0, 0.3, 0.7, 0.5][i % 4], seed=i)
         for i in range(n)
     ]
-    out, ref, md, ts = run_both(logits, rows)
+    out, ref, md, ts = run_both(logits, rows, topp_rejection=False)
     kept, scaled = reference_kept(logits, md)
     assert torch.equal(kernel_kept(scaled, ts), kept)
     assert (kept.sum(-1) > torch.tensor([10, 100, 1, 50] * 2)).all()  # ties widened every set
     assert torch.equal(out.sampled_token_ids, ref.sampled_token_ids)
+    rej = TritonSampler(topp_rejection=True)(logits, md).sampled_token_ids
+    assert torch.equal(rej, ref.sampled_token_ids)
 
 
 # ---------------------------------------------------------------- penalties and suppression
@@ -333,16 +340,82 @@ sig = dict(X="*bf16", xs="i32", ST="*i32", temp_ptr=ptr, topk_ptr="*i32", topp_p
            lmp_ptr=ptr, rep_ptr=ptr, freq_ptr=ptr, pres_ptr=ptr, seed_ptr="*i64",
            pos_ptr="*i64", part_max_ptr=ptr, hist_ptr="*i32", tks_ptr="*i32", rowbuf_ptr=ptr,
            mass_ptr=ptr, cnt_ptr="*i32", tps_ptr="*i32", tpf_ptr=ptr, out_val_ptr=ptr,
-           out_idx_ptr="*i32", thr_ptr=ptr, B="i32", V="i32", S="i32", CHUNK="i32")
+           out_idx_ptr="*i32", thr_ptr=ptr, state_ptr="*i32", B="i32", V="i32", S="i32",
+           CHUNK="i32")
+target = GPUTarget("cuda", 90, 32)
 for greedy in (True, False):
     c = dict(FILTER=not greedy, HAS_TOPK=not greedy, HAS_TOPP=not greedy, ALL_GREEDY=greedy,
-             HAS_STATS=False, HAS_PEN=False, PRECISE=True, BLOCK=1024, RS=16)
+             HAS_STATS=False, HAS_PEN=False, PRECISE=True, BLOCK=1024, RS=16,
+             TOPP_STATE=not greedy)
     src = ASTSource(m.sample_kernel, {**sig, **{k: "constexpr" for k in c}}, c)
-    triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=8))
+    triton.compile(src, target=target, options=dict(num_warps=8))
+# Top-p by rejection: the draw (round 0 and later), the check and the settle kernels.
+from strixlm.kernels import sampler_topp as t
+rows = {k: sig[k] for k in ("X", "xs", "ST", "temp_ptr", "topk_ptr", "topp_ptr", "lmp_ptr",
+                            "rep_ptr", "freq_ptr", "pres_ptr")}
+part = dict(part_max_ptr=ptr, hist_ptr="*i32", tks_ptr="*i32")
+dims = dict(B="i32", V="i32", S="i32", CHUNK="i32")
+flags = dict(HAS_TOPK=True, HAS_STATS=True, HAS_PEN=True, BLOCK=1024, RS=16)
+for rnd in (0, 1):
+    s = {**rows, "seed_ptr": "*i64", "pos_ptr": "*i64", **part, "state_ptr": "*i32",
+         "cand_ptr": "*i32", "cand_s_ptr": ptr, "zpart_ptr": ptr, "mpart_ptr": ptr,
+         "cval_ptr": ptr, "cidx_ptr": "*i32", **dims}
+    c = dict(ROUND=rnd, PRECISE=True, **flags)
+    src = ASTSource(t.topp_draw_kernel, {**s, **{k: "constexpr" for k in c}}, c)
+    triton.compile(src, target=target, options=dict(num_warps=8))
+s = {**rows, **part, "state_ptr": "*i32", "cand_ptr": "*i32", "cand_s_ptr": ptr,
+     "mpart_ptr": ptr, "cval_ptr": ptr, "cidx_ptr": "*i32", **dims}
+c = dict(SP=64, **flags)
+triton.compile(ASTSource(t.topp_check_kernel, {**s, **{k: "constexpr" for k in c}}, c),
+               target=target, options=dict(num_warps=8))
+s = dict(state_ptr="*i32", temp_ptr=ptr, topp_ptr=ptr, cand_ptr="*i32", zpart_ptr=ptr,
+         mpart_ptr=ptr, S="i32")
+triton.compile(ASTSource(t.topp_settle_kernel, {**s, "RS": "constexpr"}, {"RS": 16}),
+               target=target, options=dict(num_warps=4))
 print("compiled")
 """
 
 
 def test_sample_kernel_compiles_for_sm90() -> None:
-    """The interpreter never compiles: both the all-greedy and the sampling loop must."""
+    """The interpreter never compiles: the all-greedy and the sampling loop must, and the
+    top-p rejection kernels."""
     assert_compiles(AOT)
+
+
+# ---------------------------------------------------------------- top-p by rejection
+
+
+def test_topp_rejection_rounds_and_fallback_give_the_reference_tokens(monkeypatch) -> None:
+    """Nearly flat rows and small p: the first draw often lands outside the nucleus, so rows
+    settle in round 1, 2 or 3, or fall back to the radix passes. Every mix gives the
+    reference's tokens; more rounds settle more rows (NaN threshold = settled by a draw)."""
+    g = torch.Generator().manual_seed(6)
+    n, vocab = 12, 800
+    logits = torch.randn(n, vocab, generator=g) * 0.3
+    rows = [
+        SamplingRow(top_p=[0.05, 0.2, 0.5][i % 3], top_k=[0, 300][i % 2], seed=100 + i,
+                    position=i, min_p=0.0)
+        for i in range(n)
+    ]  # fmt: skip
+    md = SamplingMetadata.build(rows, "cpu", vocab)
+    ref = Sampler()(logits, md).sampled_token_ids
+    settled = []
+    for rounds in (1, 2, 3):
+        monkeypatch.setattr(ktp, "ROUNDS", rounds)
+        ts = TritonSampler(topp_rejection=True, num_splits=2, block=512)
+        assert torch.equal(ts(logits, md).sampled_token_ids, ref), rounds
+        settled.append(int(torch.isnan(ts.last_thresholds).sum()))
+    print("settled after 1, 2, 3 rounds:", settled)
+    assert 0 < settled[0] < settled[1] <= settled[2] <= n, settled
+    assert settled[0] < n  # some rows needed the radix fallback after one round
+
+
+def test_topp_rejection_is_opt_in(monkeypatch) -> None:
+    logits = torch.randn(4, 700)
+    md = SamplingMetadata.build([SamplingRow(top_p=0.7, seed=i) for i in range(4)], "cpu", 700)
+    ts = TritonSampler()
+    ts(logits, md)
+    assert not torch.isnan(ts.last_thresholds).any()  # the radix passes set every cutoff
+    monkeypatch.setenv("STRIXLM_SAMPLER_TOPP_REJECTION", "1")
+    ts(logits, md)
+    assert torch.isnan(ts.last_thresholds).any()  # rows a draw settled have no cutoff

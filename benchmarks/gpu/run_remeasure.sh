@@ -19,6 +19,7 @@
 #   persist decode attention, unified vs persistent grid (sweep_decode_attn --persistent)
 #   abpersist the workload with STRIXLM_ATTN_PERSISTENT=1 / 0, alternating, twice each
 #   e2e     greedy tokens vs HF on CUDA (check_e2e.py) only
+#   topp    check_sampler with STRIXLM_SAMPLER_TOPP_REJECTION=1 (it also times the radix path)
 #   fp8pairs check_attention with and without STRIXLM_ATTN_FP8_PAIRS=1, then fp8 throughput
 #   fp8     check_attention --quick (fp8 cache bytes vs torch) and the workload with fp8 KV
 #   inductor  torch.compile max-autotune GEMMs at M=256 vs cuBLAS (bench_decode_gemm --inductor)
@@ -53,6 +54,9 @@ if has prof; then  # kernel tables: decode at batch 256, and budget-sized prefil
 fi
 if has sampler; then  # the all-greedy argmax loop (per-lane best) at real shapes, timed
   run sampler 150 python benchmarks/gpu/check_sampler.py
+fi
+if has topp; then  # top-p by rejection vs the radix passes: tokens vs torch, both timed
+  STRIXLM_SAMPLER_TOPP_REJECTION=1 run sampler_topp 200 python benchmarks/gpu/check_sampler.py
 fi
 if has tp; then  # the standard workload: warm-up run, then the figure
   run tp_warm 100 $TP --model qwen3-0.6b

@@ -219,13 +219,14 @@ def suppress_kernel(stats_ptr, rows_ptr, cols_ptr, n, V, CLEAR: tl.constexpr, BL
 def filter_pass_kernel(
     X, xs, ST, temp_ptr, topk_ptr, topp_ptr, rep_ptr, freq_ptr, pres_ptr,
     part_max_ptr, hist_ptr, tks_ptr, rowbuf_ptr, mass_ptr, cnt_ptr, tps_ptr, tpf_ptr,
-    B, V, S, CHUNK, j, hi_mask, shift, prev_shift,
+    state_ptr, B, V, S, CHUNK, j, hi_mask, shift, prev_shift,
     PHASE: tl.constexpr, HAS_TOPK: tl.constexpr, HAS_STATS: tl.constexpr,
-    HAS_PEN: tl.constexpr, BLOCK: tl.constexpr, RS: tl.constexpr,
+    HAS_PEN: tl.constexpr, BLOCK: tl.constexpr, RS: tl.constexpr, TOPP_STATE: tl.constexpr,
 ):  # fmt: skip
     """One pass over a chunk of row values. PHASE 0: row max and top-k digit 0; PHASE 1:
     top-k digit j >= 1; PHASE 2: top-p digit j. (hi_mask, shift) select digit j's bits,
     prev_shift is digit j-1's; each pass first fixes digit j-1 from the last pass's partials.
+    TOPP_STATE: state_ptr holds sampler_topp's per-row result (>= 0: resolved, skip PHASE 2).
     """
     row = tl.program_id(0)
     sid = tl.program_id(1)
@@ -267,6 +268,8 @@ def filter_pass_kernel(
                 kth = tl.load(rowbuf_ptr + row * 2)
                 m = tl.load(rowbuf_ptr + row * 2 + 1)
             active = p < 1.0
+            if TOPP_STATE:  # rows sampler_topp already resolved skip the radix passes
+                active = active & (tl.load(state_ptr + row) < 0)
             if active & (j > 0):
                 prefix, above, target = _topp_resolve(
                     mass_ptr, cnt_ptr, tps_ptr, tpf_ptr, row, B, S, j - 1, p, prev_shift, RS
@@ -330,14 +333,24 @@ def sample_kernel(
     X, xs, ST, temp_ptr, topk_ptr, topp_ptr, lmp_ptr, rep_ptr, freq_ptr, pres_ptr,
     seed_ptr, pos_ptr,
     part_max_ptr, hist_ptr, tks_ptr, rowbuf_ptr, mass_ptr, cnt_ptr, tps_ptr, tpf_ptr,
-    out_val_ptr, out_idx_ptr, thr_ptr, B, V, S, CHUNK,
+    out_val_ptr, out_idx_ptr, thr_ptr, state_ptr, B, V, S, CHUNK,
     FILTER: tl.constexpr, HAS_TOPK: tl.constexpr, HAS_TOPP: tl.constexpr,
     ALL_GREEDY: tl.constexpr, HAS_STATS: tl.constexpr, HAS_PEN: tl.constexpr,
-    PRECISE: tl.constexpr, BLOCK: tl.constexpr, RS: tl.constexpr,
+    PRECISE: tl.constexpr, BLOCK: tl.constexpr, RS: tl.constexpr, TOPP_STATE: tl.constexpr,
 ):  # fmt: skip
-    """Per chunk: argmax of s (greedy rows) or of s + gumbel over s >= threshold."""
+    """Per chunk: argmax of s (greedy rows) or of s + gumbel over s >= threshold. A row
+    sampler_topp resolved (TOPP_STATE, state >= 0) passes its token on as chunk 0's winner
+    (value +inf) and its threshold as NaN (not computed)."""
     row = tl.program_id(0)
     sid = tl.program_id(1)
+    if TOPP_STATE:
+        st = tl.load(state_ptr + row)
+        if st >= 0:
+            tl.store(out_val_ptr + row * S + sid, tl.where(sid == 0, float("inf"), float("-inf")))
+            tl.store(out_idx_ptr + row * S + sid, st)
+            if sid == 0:
+                tl.store(thr_ptr + row, float("nan"))
+            return
     temp = tl.load(temp_ptr + row)
     greedy = temp < EPS
     T = tl.where(greedy, 1.0, temp)

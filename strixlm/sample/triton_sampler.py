@@ -35,6 +35,7 @@ try:
     import triton
 
     from strixlm.kernels import sampler as kern
+    from strixlm.kernels import sampler_topp as ktp
 
     HAS_TRITON = True
 except ImportError:  # pragma: no cover - triton is optional on CPU-only installs
@@ -195,14 +196,27 @@ def mark_stats(
     return stats, clear
 
 
+def topp_rejection_default() -> bool:
+    """Top-p by rejection (kernels/sampler_topp.py) when STRIXLM_SAMPLER_TOPP_REJECTION=1.
+
+    Opt-in until benchmarks/gpu/check_sampler.py has run it on a GPU (token identity there
+    and its time against the radix passes, which it reports side by side): written and
+    tested token-identical on CPU under the interpreter after the session's device budget
+    was spent.
+    """
+    return os.environ.get("STRIXLM_SAMPLER_TOPP_REJECTION", "0") == "1"
+
+
 def sample_tokens(
     logits: torch.Tensor,
     md: SamplingMetadata,
     stats: torch.Tensor | None,
     num_splits: int | None = None,
     block: int | None = None,
+    topp_rejection: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """[B] int64 sampled tokens and [B] float32 filter thresholds (-inf: none) on the device."""
+    """[B] int64 sampled tokens and [B] float32 filter thresholds (-inf: none; NaN: a top-p
+    row the rejection draw settled, whose cutoff was never computed) on the device."""
     num_rows, vocab = logits.shape
     dev = logits.device
     block = _block(block)
@@ -225,6 +239,11 @@ def sample_tokens(
     out_val = torch.empty(num_rows, s, dtype=f32, device=dev)
     out_idx = torch.empty(num_rows, s, dtype=i32, device=dev)
     thr = torch.full((num_rows,), float("-inf"), dtype=f32, device=dev)
+    if topp_rejection is None:
+        topp_rejection = topp_rejection_default()
+    rejection = has_topp and topp_rejection and ktp.ROUNDS > 0
+    # Per-row result of the rejection rounds (unread without them: any int32 pointer will do).
+    state = torch.full((num_rows,), ktp.UNRESOLVED, dtype=i32, device=dev) if rejection else tks
     # log(min_p) by torch, bit-identical to the reference's cutoff.
     lmp = torch.log(md.min_p.to(f32)) if filt else md.min_p
     row_args = (
@@ -242,12 +261,14 @@ def sample_tokens(
     flags = dict(HAS_STATS=has_stats, HAS_PEN=not md.no_penalties)
     launch = dict(BLOCK=block, RS=RS, num_warps=NUM_WARPS, enable_fp_fusion=False)
     grid = (num_rows, s)
+    precise = logits.is_cuda and not kernels_interpreted()
 
     def filter_pass(phase: int, j: int, bits: int) -> None:
         shift = 32 - bits * (j + 1)
         kern.filter_pass_kernel[grid](
             *row_args,
             *scratch,
+            state,
             num_rows,
             vocab,
             s,
@@ -258,6 +279,7 @@ def sample_tokens(
             shift + bits,
             PHASE=phase,
             HAS_TOPK=has_topk,
+            TOPP_STATE=rejection,
             **flags,
             **launch,
         )
@@ -268,7 +290,10 @@ def sample_tokens(
             for j in range(1, 32 // kern.TK_BITS):
                 filter_pass(1, j, kern.TK_BITS)
         if has_topp:
-            for j in range(32 // kern.TP_BITS):
+            if rejection:
+                _topp_rejection_rounds(row_args, lmp, md, scratch, state, s, chunk, has_topk,
+                                       flags, launch, precise)  # fmt: skip
+            for j in range(32 // kern.TP_BITS):  # only rows the rounds left unresolved
                 filter_pass(2, j, kern.TP_BITS)
     kern.sample_kernel[grid](
         *row_args[:6],
@@ -280,6 +305,7 @@ def sample_tokens(
         out_val,
         out_idx,
         thr,
+        state,
         num_rows,
         vocab,
         s,
@@ -288,13 +314,46 @@ def sample_tokens(
         HAS_TOPK=has_topk,
         HAS_TOPP=has_topp,
         ALL_GREEDY=md.all_greedy,
-        PRECISE=logits.is_cuda and not kernels_interpreted(),
+        PRECISE=precise,
+        TOPP_STATE=rejection,
         **flags,
         **launch,
     )
     tokens = torch.empty(num_rows, dtype=torch.int64, device=dev)
     kern.argmax_finalize_kernel[(num_rows,)](out_val, out_idx, tokens, s, SP=_pow2(s))
     return tokens, thr
+
+
+def _topp_rejection_rounds(row_args, lmp, md, scratch, state, s, chunk, has_topk, flags,
+                           launch, precise) -> None:  # fmt: skip
+    """ktp.ROUNDS draw / check rounds, then settle: rows whose draw landed in the nucleus
+    get their token in `state`; the radix passes and the sampling pass skip them."""
+    logits = row_args[0]
+    num_rows, vocab = logits.shape
+    dev = logits.device
+    part_max, hist, tks = scratch[:3]
+    f32 = torch.float32
+    cand = torch.zeros(num_rows, dtype=torch.int32, device=dev)
+    cand_s = torch.empty(num_rows, dtype=f32, device=dev)
+    zpart = torch.empty(num_rows, s, dtype=f32, device=dev)
+    mpart = torch.empty(num_rows, s, dtype=f32, device=dev)
+    cval = torch.empty(num_rows, s, dtype=f32, device=dev)
+    cidx = torch.empty(num_rows, s, dtype=torch.int32, device=dev)
+    grid = (num_rows, s)
+    rows6, pens = row_args[:6], row_args[6:]
+    for r in range(ktp.ROUNDS):
+        ktp.topp_draw_kernel[grid](
+            *rows6, lmp, *pens, md.seeds, md.positions, part_max, hist, tks,
+            state, cand, cand_s, zpart, mpart, cval, cidx, num_rows, vocab, s, chunk,
+            ROUND=r, HAS_TOPK=has_topk, PRECISE=precise, **flags, **launch,
+        )  # fmt: skip
+        ktp.topp_check_kernel[grid](
+            *rows6, lmp, *pens, part_max, hist, tks, state, cand, cand_s, mpart, cval, cidx,
+            num_rows, vocab, s, chunk, HAS_TOPK=has_topk, SP=_pow2(s), **flags, **launch,
+        )  # fmt: skip
+    ktp.topp_settle_kernel[(num_rows,)](
+        state, md.temperature, md.top_p, cand, zpart, mpart, s, RS=RS
+    )
 
 
 def _triton_token_logprobs(
@@ -386,9 +445,12 @@ class TritonSampler(torch.nn.Module):
         num_splits: int | None = None,
         block: int | None = None,
         interpret: bool | None = None,
+        topp_rejection: bool | None = None,
     ) -> None:
         super().__init__()
         self.reference = Sampler()
+        # Top-p by rejection (True), the radix passes (False), None: topp_rejection_default().
+        self.topp_rejection = topp_rejection
         self.num_splits = num_splits  # chunks per row; None: fill the GPU
         self.block = block  # elements per tile; None: the default
         # CPU tensors: None follows TRITON_INTERPRET=1; False always uses the torch Sampler
@@ -404,7 +466,9 @@ class TritonSampler(torch.nn.Module):
         if logits.stride(-1) != 1:
             logits = logits.contiguous()
         stats, clear = mark_stats(self._stats, logits, md)
-        tokens, self.last_thresholds = sample_tokens(logits, md, stats, self.num_splits, self.block)
+        tokens, self.last_thresholds = sample_tokens(
+            logits, md, stats, self.num_splits, self.block, self.topp_rejection
+        )
         clear()
         tokens = md.apply_forced(tokens)
         lp = None
