@@ -328,6 +328,25 @@ def filter_pass_kernel(
 # ---------------------------------------------------------------- sampling
 
 
+@triton.jit
+def gumbel_tile_best(s, live, key, offs, t, best_v, best_i, PRECISE: tl.constexpr,
+                     BLOCK: tl.constexpr):  # fmt: skip
+    """Fold one tile into the running argmax of s + gumbel over the `live` tokens.
+
+    Skips the noise where nothing can win: s + g <= s + GUMBEL_MAX (rounding is monotone),
+    so a tile whose best live s + GUMBEL_MAX <= best cannot beat the best, which also has
+    the lower index. Ties go to the first index, as in torch.argmax.
+    """
+    y = tl.full([BLOCK], float("-inf"), tl.float32)
+    smax = tl.max(tl.where(live, s, float("-inf")), 0)
+    if (smax > float("-inf")) & (smax + GUMBEL_MAX > best_v):
+        y = tl.where(live, s + _gumbel(key, offs, PRECISE), float("-inf"))
+    tv = tl.max(y, 0)
+    ti = tl.argmax(y, 0) + t
+    better = tv > best_v
+    return tl.where(better, tv, best_v), tl.where(better, ti, best_i)
+
+
 @triton.jit(do_not_specialize=["B", "S"])
 def sample_kernel(
     X, xs, ST, temp_ptr, topk_ptr, topp_ptr, lmp_ptr, rep_ptr, freq_ptr, pres_ptr,
@@ -408,21 +427,16 @@ def sample_kernel(
             ok = offs < stop
             s = _values(X, xs, ST, row, offs, ok, V, T, rep, freq, pres, HAS_STATS, HAS_PEN)
             if greedy:
-                y = s
+                y = tl.where(ok, s, float("-inf"))
+                tv = tl.max(y, 0)
+                ti = tl.argmax(y, 0) + t
+                better = tv > best_v  # strict: the first index wins ties, as in torch.argmax
+                best_v = tl.where(better, tv, best_v)
+                best_i = tl.where(better, ti, best_i)
             else:
-                # Skip the noise where nothing can win: kept tokens have s >= thr, and
-                # s + g <= s + GUMBEL_MAX (rounding is monotone), so a tile whose max +
-                # GUMBEL_MAX <= best cannot beat the best, which also has the lower index.
-                y = tl.full([BLOCK], float("-inf"), tl.float32)
-                smax = tl.max(tl.where(ok, s, float("-inf")), 0)
-                if (smax >= thr) & (smax + GUMBEL_MAX > best_v):
-                    y = tl.where(s >= thr, s + _gumbel(key, offs, PRECISE), float("-inf"))
-            y = tl.where(ok, y, float("-inf"))
-            tv = tl.max(y, 0)
-            ti = tl.argmax(y, 0) + t
-            better = tv > best_v  # strict: the first index wins ties, as in torch.argmax
-            best_v = tl.where(better, tv, best_v)
-            best_i = tl.where(better, ti, best_i)
+                best_v, best_i = gumbel_tile_best(
+                    s, ok & (s >= thr), key, offs, t, best_v, best_i, PRECISE, BLOCK
+                )
     tl.store(out_val_ptr + row * S + sid, best_v)
     tl.store(out_idx_ptr + row * S + sid, best_i)
 

@@ -28,13 +28,12 @@ import triton.language as tl
 
 from strixlm.kernels.sampler import (
     EPS,
-    GUMBEL_MAX,
-    _gumbel,
     _okey_inv,
     _row_key,
     _row_max,
     _topk_resolve,
     _values,
+    gumbel_tile_best,
 )
 
 ROUNDS = 2
@@ -121,17 +120,7 @@ def topp_draw_kernel(
             if ROUND == 0:
                 z += tl.where(ok & (s >= kth), tl.exp(s - m), 0.0)
             live = ok & (s >= thr) & (s > floor)
-            # As in sample_kernel: a tile whose best s + GUMBEL_MAX cannot beat the best so
-            # far (which also has the lower index) needs no noise.
-            y = tl.full([BLOCK], float("-inf"), tl.float32)
-            smax = tl.max(tl.where(live, s, float("-inf")), 0)
-            if (smax > float("-inf")) & (smax + GUMBEL_MAX > best_v):
-                y = tl.where(live, s + _gumbel(key, offs, PRECISE), float("-inf"))
-            tv = tl.max(y, 0)
-            ti = tl.argmax(y, 0) + t
-            better = tv > best_v  # strict: the first index wins ties, as in torch.argmax
-            best_v = tl.where(better, tv, best_v)
-            best_i = tl.where(better, ti, best_i)
+            best_v, best_i = gumbel_tile_best(s, live, key, offs, t, best_v, best_i, PRECISE, BLOCK)
         tl.store(cval_ptr + row * S + sid, best_v)
         tl.store(cidx_ptr + row * S + sid, best_i)
         if ROUND == 0:

@@ -114,5 +114,13 @@ def gumbel_noise(seeds: torch.Tensor, positions: torch.Tensor, vocab_size: int) 
     for start in range(0, num_rows, step):
         h = fmix32(k[start : start + step, None] ^ a[None, :])
         u = bits_to_uniform(h)
-        out[start : start + step] = -torch.log(-torch.log(u))
+        out[start : start + step] = -_log_f32(-_log_f32(u))
     return out
+
+
+def _log_f32(x: torch.Tensor) -> torch.Tensor:
+    """float32 log: on CUDA torch's (libdevice logf, the sampler kernel's exact bits); on
+    CPU the float64 log rounded to float32, because torch's float32 CPU log came out up to
+    1e-4 off in about one process in eight (torch 2.13, this 2-core box), which made the CPU
+    sampler's tokens depend on the process."""
+    return torch.log(x) if x.is_cuda else torch.log(x.double()).float()
