@@ -20,6 +20,7 @@
 #   abpersist the workload with STRIXLM_ATTN_PERSISTENT=1 / 0, alternating, twice each
 #   e2e     greedy tokens vs HF on CUDA (check_e2e.py) only
 #   topp    check_sampler with STRIXLM_SAMPLER_TOPP_REJECTION=1 (it also times the radix path)
+#   splitk  split-K GEMM with its reduction in the next add + RMSNorm vs cuBLAS (bench_splitk_norm)
 #   fp8pairs check_attention with and without STRIXLM_ATTN_FP8_PAIRS=1, then fp8 throughput
 #   fp8     check_attention --quick (fp8 cache bytes vs torch) and the workload with fp8 KV
 #   inductor  torch.compile max-autotune GEMMs at M=256 vs cuBLAS (bench_decode_gemm --inductor)
@@ -99,6 +100,9 @@ if has fp8pairs; then  # fp8 K/V read as byte pairs (opt-in until this runs): vs
 fi
 if has persist; then  # decode attention: unified vs persistent grid (bit-equal outputs)
   run persist 300 python benchmarks/gpu/sweep_decode_attn.py --persistent --json "$OUT/persistent.json"
+fi
+if has splitk; then  # split-K o_proj/down GEMM + the reducing add/RMSNorm vs cuBLAS + norm
+  run splitk 200 python benchmarks/gpu/bench_splitk_norm.py --json "$OUT/splitk_norm.json"
 fi
 if has gemm; then
   run gemm 150 python benchmarks/gpu/bench_decode_gemm.py --json "$OUT/gemm.json"
