@@ -101,7 +101,7 @@ def test_persistent_heuristic(monkeypatch):
     assert not sel(16, 8, 128, 64, 1, 2048, 132).persistent
     assert not sel(16, 8, 128, 256, 2, 2048, 132).persistent  # speculative verification
     assert not sel(16, 8, 128, 256, 600, 2048, 132).persistent  # prefill
-    monkeypatch.setenv("STRIXLM_ATTN_PERSISTENT", "0")
+    monkeypatch.setattr(pdk, "PERSISTENT_ENABLED", False)  # STRIXLM_ATTN_PERSISTENT=0
     assert not sel(16, 8, 128, 256, 1, 2048, 132).persistent
 
 

@@ -423,7 +423,7 @@ def test_fp8_pairs_is_opt_in_and_compiled_only(monkeypatch):
     q = torch.zeros(1, 4, 32, dtype=torch.float16)
     cache = torch.zeros(2, 1, 4, 2, 32).to(kvw.FP8_DTYPE)
     assert not pa.fp8_pairs(q, cache)
-    monkeypatch.setenv("STRIXLM_ATTN_FP8_PAIRS", "1")
+    monkeypatch.setattr(pa, "FP8_PAIRS_ENABLED", True)  # STRIXLM_ATTN_FP8_PAIRS=1
     assert not pa.fp8_pairs(q, cache)  # the interpreter cannot run inline PTX
     monkeypatch.setattr(pa, "interpreter_active", lambda: False)
     assert pa.fp8_pairs(q, cache)

@@ -52,6 +52,8 @@ DECODE_WARPS = int(os.environ.get("STRIXLM_ATTN_DECODE_WARPS", "2"))
 DEFAULT_K_ROWS = os.environ.get("STRIXLM_ATTN_K_ROWS", "0") == "1"
 # KV segments forced on decode-like batches (0 = the heuristic); for A/B runs.
 DECODE_SPLITS = int(os.environ.get("STRIXLM_ATTN_DECODE_SPLITS", "0"))
+# fp8 caches read as byte pairs (see fp8_pairs); opt-in until it has run on a GPU.
+FP8_PAIRS_ENABLED = os.environ.get("STRIXLM_ATTN_FP8_PAIRS", "0") == "1"
 
 
 @dataclass(frozen=True)
@@ -626,8 +628,8 @@ def fp8_pairs(q: torch.Tensor, kv_cache: torch.Tensor) -> bool:
     """
     d = q.shape[-1]
     return (
-        os.environ.get("STRIXLM_ATTN_FP8_PAIRS", "0") == "1"
-        and kv_cache.dtype == FP8_DTYPE
+        kv_cache.dtype == FP8_DTYPE
+        and FP8_PAIRS_ENABLED
         and q.dtype != torch.float32
         and d == max(16, _pow2(d))
         and not interpreter_active()

@@ -38,6 +38,8 @@ if HAS_TRITON:
 # the unified kernel by 2-10% from batch 128 up, 2-3/SM lost 5-25%, and at batch 64 (one
 # sequence per program) it lost 7%.
 PERSISTENT_CTAS_PER_SM = int(os.environ.get("STRIXLM_ATTN_PERSISTENT_CTAS", "4"))
+# STRIXLM_ATTN_PERSISTENT=0 keeps the unified kernel, for A/B runs (read once, at import).
+PERSISTENT_ENABLED = os.environ.get("STRIXLM_ATTN_PERSISTENT", "1") != "0"
 # Use it when programs get at least this many sequences on average (batch 128 gives 1.94).
 PERSISTENT_MIN_ITEMS = 1.75
 # K/V stay single-buffered up to 4 stages at tile 64; 2 stages timed 1-2% better than 3.
@@ -52,7 +54,7 @@ def persistent_programs(num_seqs: int, num_kv_heads: int, sms: int) -> int:
 
 
 def use_persistent(num_seqs: int, num_kv_heads: int, max_query_len: int, sms: int) -> bool:
-    if max_query_len != 1 or os.environ.get("STRIXLM_ATTN_PERSISTENT", "1") == "0":
+    if max_query_len != 1 or not PERSISTENT_ENABLED:
         return False
     p = persistent_programs(num_seqs, num_kv_heads, sms)
     return num_seqs >= PERSISTENT_MIN_ITEMS * p

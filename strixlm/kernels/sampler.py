@@ -168,6 +168,22 @@ def _row_max(part_max_ptr, row, S, RS: tl.constexpr):
     return m
 
 
+@triton.jit
+def row_max_and_kth(
+    topk_ptr, part_max_ptr, hist_ptr, tks_ptr, row, B, V, S,
+    HAS_TOPK: tl.constexpr, RS: tl.constexpr,
+):  # fmt: skip
+    """(row max, top-k threshold or -inf) from the PHASE 0 / 1 partials."""
+    m = _row_max(part_max_ptr, row, S, RS)
+    kth = tl.full([], float("-inf"), tl.float32)
+    if HAS_TOPK:
+        k = tl.load(topk_ptr + row)
+        if (k > 0) & (k < V):
+            pk, _ = _topk_resolve(hist_ptr, tks_ptr, row, B, S, 3, 0, RS)
+            kth = _okey_inv(pk)
+    return m, kth
+
+
 # ---------------------------------------------------------------- token stats (penalties)
 
 
@@ -391,12 +407,9 @@ def sample_kernel(
                                              p, 0, RS)  # fmt: skip
                     kth = tl.maximum(kth, _okey_inv(pp))
             else:
-                m = _row_max(part_max_ptr, row, S, RS)
-                if HAS_TOPK:
-                    k = tl.load(topk_ptr + row)
-                    if (k > 0) & (k < V):
-                        pk, _ = _topk_resolve(hist_ptr, tks_ptr, row, B, S, 3, 0, RS)
-                        kth = _okey_inv(pk)
+                m, kth = row_max_and_kth(
+                    topk_ptr, part_max_ptr, hist_ptr, tks_ptr, row, B, V, S, HAS_TOPK, RS
+                )
             thr = tl.maximum(kth, m + tl.load(lmp_ptr + row))
         if sid == 0:
             tl.store(thr_ptr + row, thr)

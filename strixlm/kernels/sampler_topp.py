@@ -28,12 +28,10 @@ import triton.language as tl
 
 from strixlm.kernels.sampler import (
     EPS,
-    _okey_inv,
     _row_key,
-    _row_max,
-    _topk_resolve,
     _values,
     gumbel_tile_best,
+    row_max_and_kth,
 )
 
 ROUNDS = 2
@@ -48,13 +46,7 @@ def _row_filters(
 ):  # fmt: skip
     """(m, kth, thr0): the row max, the top-k threshold (-inf: none) and the threshold of
     every filter but top-p, from the PHASE 0 / 1 partials."""
-    m = _row_max(part_max_ptr, row, S, RS)
-    kth = tl.full([], float("-inf"), tl.float32)
-    if HAS_TOPK:
-        k = tl.load(topk_ptr + row)
-        if (k > 0) & (k < V):
-            pk, _ = _topk_resolve(hist_ptr, tks_ptr, row, B, S, 3, 0, RS)
-            kth = _okey_inv(pk)
+    m, kth = row_max_and_kth(topk_ptr, part_max_ptr, hist_ptr, tks_ptr, row, B, V, S, HAS_TOPK, RS)
     return m, kth, tl.maximum(kth, m + tl.load(lmp_ptr + row))
 
 
