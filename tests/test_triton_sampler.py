@@ -410,12 +410,13 @@ def test_topp_rejection_rounds_and_fallback_give_the_reference_tokens(monkeypatc
     assert settled[0] < n  # some rows needed the radix fallback after one round
 
 
-def test_topp_rejection_is_opt_in(monkeypatch) -> None:
+def test_topp_rejection_is_the_default(monkeypatch) -> None:
     logits = torch.randn(4, 700)
     md = SamplingMetadata.build([SamplingRow(top_p=0.7, seed=i) for i in range(4)], "cpu", 700)
     ts = TritonSampler()
-    ts(logits, md)
-    assert not torch.isnan(ts.last_thresholds).any()  # the radix passes set every cutoff
-    monkeypatch.setenv("STRIXLM_SAMPLER_TOPP_REJECTION", "1")
+    monkeypatch.delenv("STRIXLM_SAMPLER_TOPP_REJECTION", raising=False)
     ts(logits, md)
     assert torch.isnan(ts.last_thresholds).any()  # rows a draw settled have no cutoff
+    monkeypatch.setenv("STRIXLM_SAMPLER_TOPP_REJECTION", "0")
+    ts(logits, md)
+    assert not torch.isnan(ts.last_thresholds).any()  # the radix passes set every cutoff
