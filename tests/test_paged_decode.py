@@ -96,13 +96,62 @@ def test_persistent_heuristic(monkeypatch):
     assert pdk.persistent_programs(256, 8, 132) == 66
     cfg = sel(16, 8, 128, 256, 1, 2048, 132)
     assert cfg.persistent and cfg.num_stages == pdk.PERSISTENT_STAGES
-    assert sel(16, 8, 128, 116, 1, 2048, 132).persistent  # 1.76 sequences per program
-    assert not sel(16, 8, 128, 115, 1, 2048, 132).persistent
-    assert not sel(16, 8, 128, 64, 1, 2048, 132).persistent
+    assert sel(16, 8, 128, 116, 1, 2048, 132).num_splits == 1  # 1.76 sequences per program
+    # Below that, sequences split into segments: ~4 items per program (264 per head).
+    assert sel(16, 8, 128, 115, 1, 2048, 132).num_splits == 4
+    assert sel(16, 8, 128, 64, 1, 2048, 132).num_splits == 8
+    assert sel(16, 8, 128, 64, 1, 2048, 132).persistent
+    assert sel(16, 8, 128, 1, 1, 8192, 132).num_splits == 64  # capped at 64 segments
+    assert sel(16, 8, 128, 8, 1, 512, 132).num_splits == 4  # >= 2 tiles per segment
+    assert not sel(16, 8, 128, 8, 1, 64, 132).persistent  # too short to split: unified
+    assert sel(16, 8, 128, 64, 1, 2048, 132, num_splits=1) == sel(
+        16, 8, 128, 64, 1, 2048, 132, num_splits=1
+    )
+    assert not sel(16, 8, 128, 64, 1, 2048, 132, num_splits=1).persistent  # explicit: unified
     assert not sel(16, 8, 128, 256, 2, 2048, 132).persistent  # speculative verification
     assert not sel(16, 8, 128, 256, 600, 2048, 132).persistent  # prefill
+    monkeypatch.setattr(pdk, "PERSISTENT_SPLIT_ITEMS", 0)  # split off: the unified kernel
+    cfg = sel(16, 8, 128, 64, 1, 2048, 132)
+    assert not cfg.persistent and cfg.num_splits == 1
     monkeypatch.setattr(pdk, "PERSISTENT_ENABLED", False)  # STRIXLM_ATTN_PERSISTENT=0
     assert not sel(16, 8, 128, 256, 1, 2048, 132).persistent
+    assert not sel(16, 8, 128, 64, 1, 2048, 132).persistent
+
+
+@pytest.mark.parametrize(("segs", "n_prog"), [(2, 1), (2, 5), (4, 3), (8, 7)])
+def test_split_persistent_equals_unified_split(segs, n_prog):
+    """Each sequence in segs segments dealt as items (empty segments of short sequences
+    among them, graph padding too): the unified kernel's split path, bit for bit."""
+    b = Batch(ROWS, 4, 2, 32, 4, torch.float32, seed=3, pad_tokens=3, pad_seqs=3)
+    kw = dict(max_query_len=1, max_seq_len=72)
+    unified = pa.paged_attention(*_args(b), **kw, config=pa.AttnConfig(16, 16, 4, 2, segs))
+    got = _persistent(b, n_prog, num_segs=segs)
+    assert torch.equal(got[: b.t], unified[: b.t])
+    ref = pa.paged_attention_ref(
+        b.q[: b.t], b.kv_cache, b.query_lens, b.seq_lens, b.block_table, 0.2
+    )
+    assert rel_err(got[: b.t], ref)[0] < 1e-5
+
+
+def test_split_persistent_order_fp8_and_dispatch():
+    """Longest-first order over an fp8 cache with fp16 queries, through paged_attention's
+    heuristic (a small batch: the persistent grid with segments)."""
+    b = Batch(ROWS, 8, 2, 64, 16, torch.float16, cache_dtype=kvw.FP8_DTYPE, seed=5)
+    kw = dict(k_scale=0.03, v_scale=0.05)
+    lens = b.seq_lens
+    order = torch.tensor(sorted(range(len(lens)), key=lambda i: -lens[i]), dtype=torch.int32)
+    unified = pa.paged_attention(
+        *_args(b), max_query_len=1, max_seq_len=72, config=pa.AttnConfig(16, 16, 4, 2, 2), **kw
+    )
+    cfg = pa.select_config(8, 2, 64, len(lens), 1, 512, 132)  # 512: an upper bound
+    assert cfg.persistent and cfg.num_splits == 4
+    got = _persistent(b, 4, seq_order=order, num_segs=2, **kw)
+    assert torch.equal(got[: b.t], unified[: b.t])
+    via = pa.paged_attention(*_args(b), max_query_len=1, max_seq_len=512, seq_order=order, **kw)
+    deq = kvw.dequantize_cache(b.kv_cache, 0.03, 0.05)
+    ref = pa.paged_attention_ref(b.q.float(), deq.float(), b.query_lens, b.seq_lens,
+                                 b.block_table, 0.2)  # fmt: skip
+    assert rel_err(via[: b.t], ref)[0] < 3e-3
 
 
 def test_fp8_cache_with_16_bit_queries():
@@ -126,13 +175,13 @@ from strixlm.kernels import paged_decode as pdk
 for cache_dt in ("bf16", "fp8e4nv"):
     sig = dict(out_ptr="*bf16", q_ptr="*bf16", k_cache_ptr=f"*{cache_dt}",
                v_cache_ptr=f"*{cache_dt}", block_table_ptr="*i32", seq_lens_ptr="*i32",
-               qsl_ptr="*i32", order_ptr="*i32", qk_scale="fp32", out_scale="fp32",
-               num_seqs="i32")
+               qsl_ptr="*i32", order_ptr="*i32", segm_acc_ptr="*fp32", segm_max_ptr="*fp32",
+               segm_sum_ptr="*fp32", qk_scale="fp32", out_scale="fp32", num_seqs="i32")
     for n in ("qt", "qh", "ot", "oh", "cb", "cs", "ch", "bt"):
         sig["stride_" + n] = "i32"
-    consts = dict(G=2, HEAD_DIM=128, DIM_P=128, BLOCK_SIZE=16, TILE=64, BLOCK_M=16,
-                  MAX_ITEMS=8, IEEE=False, K_ROWS=False, HAS_ORDER=True,
-                  FP8_PAIRS=cache_dt == "fp8e4nv")
+    consts = dict(NUM_Q_HEADS=16, G=2, HEAD_DIM=128, DIM_P=128, BLOCK_SIZE=16, TILE=64,
+                  BLOCK_M=16, MAX_ITEMS=8, NUM_SEGS=4 if cache_dt == "bf16" else 1,
+                  IEEE=False, K_ROWS=False, HAS_ORDER=True, FP8_PAIRS=cache_dt == "fp8e4nv")
     names = list(sig) + list(consts)
     div16 = [n for n in sig if n.endswith("_ptr") or (n.startswith("stride") and n != "stride_bt")]
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in div16}

@@ -17,6 +17,9 @@
 #   readbw  copy vs streaming-read bandwidth (bench_read_bw.py)
 #   tunable TunableOp-tuned cuBLASLt GEMMs vs the default pick (bench_decode_gemm --tunableop)
 #   persist decode attention, unified vs persistent grid (sweep_decode_attn --persistent)
+#   splitpersist small decode batches: unified (split) vs the persistent grid with segments
+#           (sweep_decode_attn --split-persistent), attention vs torch, then the workload
+#           with segments on / off (STRIXLM_ATTN_PERSISTENT_SPLIT_ITEMS=4 / 0), alternating
 #   abpersist the workload with STRIXLM_ATTN_PERSISTENT=1 / 0, alternating, twice each
 #   e2e     greedy tokens vs HF on CUDA (check_e2e.py) only
 #   topp    check_sampler with STRIXLM_SAMPLER_TOPP_REJECTION=1 (it also times the radix path)
@@ -100,6 +103,15 @@ if has fp8pairs; then  # fp8 K/V read as byte pairs (opt-in until this runs): vs
 fi
 if has persist; then  # decode attention: unified vs persistent grid (bit-equal outputs)
   run persist 300 python benchmarks/gpu/sweep_decode_attn.py --persistent --json "$OUT/persistent.json"
+fi
+if has splitpersist; then
+  run split_sweep 200 python benchmarks/gpu/sweep_decode_attn.py --split-persistent \
+    --json "$OUT/split_persistent.json"
+  run split_attn_check 150 python benchmarks/gpu/check_attention.py --quick
+  for v in on1:4 off1:0 on2:4 off2:0; do
+    STRIXLM_ATTN_PERSISTENT_SPLIT_ITEMS=${v#*:} run tp_split_${v%%:*} 100 $TP --model qwen3-0.6b
+  done
+  grep "strixlm  " "$OUT"/tp_split_*.log
 fi
 if has splitk; then  # split-K o_proj/down GEMM + the reducing add/RMSNorm vs cuBLAS + norm
   run splitk 200 python benchmarks/gpu/bench_splitk_norm.py --json "$OUT/splitk_norm.json"

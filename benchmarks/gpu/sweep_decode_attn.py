@@ -108,6 +108,55 @@ def persistent_ab(name, q, cache, md, ctxs, order, kv_bytes) -> dict:
     return row
 
 
+# Small and mid batches late in the run: few sequences, long contexts.
+SPLIT_SHAPES = [
+    ("b1 ctx1500", [1500]),
+    ("b4 spread1000-2000", _spread(4, 1000, 2000, 4)),
+    ("b8 spread1000-2000", _spread(8, 1000, 2000, 5)),
+    ("b16 spread900-2000", _spread(16, 900, 2000, 6)),
+    ("b32 spread800-2000", _spread(32, 800, 2000, 7)),
+    ("b48 spread700-2000", _spread(48, 700, 2000, 8)),
+    ("b64 spread600-2000", _spread(64, 600, 2000, 2)),
+    ("b96 spread500-2000", _spread(96, 500, 2000, 9)),
+    ("b115 spread400-2000", _spread(115, 400, 2000, 10)),
+    ("b160 spread300-2000", _spread(160, 300, 2000, 11)),
+]
+
+
+def split_persistent_ab(name, q, cache, md, ctxs, order, kv_bytes) -> dict:
+    """Small batches: the old choice (unified kernel, split when SMs would idle) against
+    the persistent grid with each sequence in `segs` segments, and the new heuristic."""
+    from strixlm.kernels import paged_decode as pdk
+
+    sms = pa.num_sms(q.device)
+    b, mx = len(ctxs), max(ctxs)
+    saved = pdk.PERSISTENT_SPLIT_ITEMS
+    pdk.PERSISTENT_SPLIT_ITEMS = 0
+    old = pa.select_config(HQ, HKV, D, b, 1, mx, sms)
+    pdk.PERSISTENT_SPLIT_ITEMS = saved
+    new = pa.select_config(HQ, HKV, D, b, 1, mx, sms)
+    base_fn = attn_call(q, cache, md, False, old, seq_order=order)
+    base = base_fn()
+    t_old = graph_time_us(base_fn)
+    t_new = graph_time_us(attn_call(q, cache, md, False, new, seq_order=order))
+    tb_old, tb_new = kv_bytes / t_old / 1e6, kv_bytes / t_new / 1e6
+    print(f"{name}: old {old} {t_old:.1f} us ({tb_old:.2f} TB/s);"
+          f" new {new} {t_new:.1f} us ({tb_new:.2f} TB/s, x{t_old / t_new:.3f})")  # fmt: skip
+    row = {"shape": name, "old": str(old), "old_us": t_old, "new": str(new), "new_us": t_new,
+           "persistent": []}  # fmt: skip
+    for segs in (1, 2, 4, 8, 16, 32, 64):
+        if segs > 1 and mx < segs * 2 * 64:
+            continue
+        cfg = pa.AttnConfig(16, 64, 2, pdk.PERSISTENT_STAGES, segs, False, True)
+        fn = attn_call(q, cache, md, False, cfg, seq_order=order)
+        err = rel_err(fn(), base)[0]
+        t = graph_time_us(fn)
+        print(f"    persistent segs {segs:2d}: {t:7.1f} us ({kv_bytes / t / 1e6:.2f} TB/s,"
+              f" x{t_old / t:.3f}) rel {err:.1e}")  # fmt: skip
+        row["persistent"].append(dict(segs=segs, us=t, rel_err=err))
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
@@ -118,10 +167,15 @@ def main() -> None:
     ap.add_argument(
         "--persistent", action="store_true", help="only the unified vs persistent decode A/B"
     )
+    ap.add_argument(
+        "--split-persistent",
+        action="store_true",
+        help="small batches: unified (split) vs the persistent grid with segments",
+    )
     args = ap.parse_args()
     deadline = time.monotonic() + args.budget_s
     results = []
-    for name, ctxs in SHAPES:
+    for name, ctxs in SPLIT_SHAPES if args.split_persistent else SHAPES:
         if time.monotonic() > deadline:
             print(f"{name}: skipped (time budget spent)")
             continue
@@ -132,9 +186,10 @@ def main() -> None:
         kv_bytes = sum(ctxs) * HKV * D * 2 * cache.element_size()
         sms = pa.num_sms(q.device)
         heur = pa.select_config(HQ, HKV, D, b, 1, max(ctxs), sms)
-        if args.persistent:
+        if args.persistent or args.split_persistent:
             order = torch.tensor(sorted(range(b), key=lambda i: -ctxs[i]), dtype=torch.int32)
-            results.append(persistent_ab(name, q, cache, md, ctxs, order.to(q.device), kv_bytes))
+            ab = split_persistent_ab if args.split_persistent else persistent_ab
+            results.append(ab(name, q, cache, md, ctxs, order.to(q.device), kv_bytes))
             del cache
             torch.cuda.empty_cache()
             continue

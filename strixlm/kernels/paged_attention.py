@@ -137,13 +137,28 @@ def select_config(
         tile = 64 if dp <= 128 else 32
         warps = 8 if dp >= 128 else 4
         cfg = AttnConfig(block_m, tile, num_warps=warps, num_stages=2, k_rows=DEFAULT_K_ROWS)
+    from strixlm.kernels.paged_decode import (
+        PERSISTENT_STAGES,
+        persistent_segments,
+        use_persistent,
+    )
+
     if num_splits is None:
-        num_splits = choose_num_splits(
+        # The persistent grid when it has enough items, splitting small batches; else the
+        # unified kernel, split when its programs would leave SMs idle.
+        segs = persistent_segments(
             num_seqs, num_kv_heads, max_query_len, max_seq_len, cfg.tile, sms
         )
-    from strixlm.kernels.paged_decode import PERSISTENT_STAGES, use_persistent
-
-    persistent = num_splits <= 1 and use_persistent(num_seqs, num_kv_heads, max_query_len, sms)
+        persistent = segs >= 1 and DECODE_SPLITS <= 0
+        num_splits = (
+            segs
+            if persistent
+            else choose_num_splits(
+                num_seqs, num_kv_heads, max_query_len, max_seq_len, cfg.tile, sms
+            )
+        )
+    else:
+        persistent = num_splits <= 1 and use_persistent(num_seqs, num_kv_heads, max_query_len, sms)
     return AttnConfig(
         cfg.block_m,
         cfg.tile,
@@ -501,22 +516,20 @@ def paged_attention(
     seq_grid = max_query_len <= block_q
     n_q_blocks = num_seqs if seq_grid else t // block_q + num_seqs
     split = cfg.num_splits > 1
-    if cfg.persistent and seq_grid and not split and max_query_len == 1:
+    if cfg.persistent and seq_grid and max_query_len == 1:
         from strixlm.kernels.paged_decode import paged_decode_persistent
 
         return paged_decode_persistent(
             q, kv_cache, query_start_loc, seq_lens, block_table, scale, out,
             block_m=cfg.block_m, tile=cfg.tile, num_warps=cfg.num_warps,
             num_stages=cfg.num_stages, k_rows=cfg.k_rows, sms=num_sms(q.device),
-            k_scale=k_scale, v_scale=v_scale, seq_order=seq_order,
+            k_scale=k_scale, v_scale=v_scale, seq_order=seq_order, num_segs=cfg.num_splits,
         )  # fmt: skip
     if kv_cache.dtype != FP8_DTYPE:
         k_scale = v_scale = 1.0
     kc, vc = kv_cache[0], kv_cache[1]
     if split:
-        segm_acc = torch.empty((t, hq, cfg.num_splits, dim_p), dtype=torch.float32, device=q.device)
-        segm_max = torch.empty((t, hq, cfg.num_splits), dtype=torch.float32, device=q.device)
-        segm_sum = torch.empty_like(segm_max)
+        segm_acc, segm_max, segm_sum = segment_buffers(t, hq, cfg.num_splits, dim_p, q.device)
     else:
         segm_acc = segm_max = segm_sum = out  # never touched; any pointer will do
     _paged_attn_kernel[(n_q_blocks, hkv, cfg.num_splits)](
@@ -554,22 +567,46 @@ def paged_attention(
         num_stages=cfg.num_stages,
     )
     if split:
-        _merge_segments_kernel[(t, hq)](
-            out,
-            segm_acc,
-            segm_max,
-            segm_sum,
-            float(v_scale),
-            out.stride(0),
-            out.stride(1),
-            NUM_Q_HEADS=hq,
-            HEAD_DIM=d,
-            DIM_P=dim_p,
-            NUM_SEGS=cfg.num_splits,
-            SEGS_P=_pow2(cfg.num_splits),
-            num_warps=4 if dim_p >= 128 else 2,
-        )
+        merge_segments(out, segm_acc, segm_max, segm_sum, float(v_scale), cfg.num_splits)
     return out
+
+
+def segment_buffers(
+    t: int, hq: int, segs: int, dim_p: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Split-K partials: unnormalized rows [T, Hq, segs, DIM_P], running max and sum
+    [T, Hq, segs], all float32."""
+    acc = torch.empty((t, hq, segs, dim_p), dtype=torch.float32, device=device)
+    mx = torch.empty((t, hq, segs), dtype=torch.float32, device=device)
+    return acc, mx, torch.empty_like(mx)
+
+
+def merge_segments(
+    out: torch.Tensor,
+    segm_acc: torch.Tensor,
+    segm_max: torch.Tensor,
+    segm_sum: torch.Tensor,
+    out_scale: float,
+    segs: int,
+) -> None:
+    """Combine the segments' partial rows into out [T, Hq, D] (one program per row)."""
+    t, hq, d = out.shape
+    dim_p = segm_acc.shape[-1]
+    _merge_segments_kernel[(t, hq)](
+        out,
+        segm_acc,
+        segm_max,
+        segm_sum,
+        out_scale,
+        out.stride(0),
+        out.stride(1),
+        NUM_Q_HEADS=hq,
+        HEAD_DIM=d,
+        DIM_P=dim_p,
+        NUM_SEGS=segs,
+        SEGS_P=_pow2(segs),
+        num_warps=4 if dim_p >= 128 else 2,
+    )
 
 
 def launch_strides(q, out, k_cache, block_table) -> tuple[int, ...]:

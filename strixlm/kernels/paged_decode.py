@@ -13,7 +13,11 @@ and the online-softmax state restarts. The per-tile math is the unified kernel's
 two loops may round differently (within bf16 tolerance on the H200).
 
 Sequences are dealt to programs in a snake over the longest-first order (ranks p, 2P-1-p,
-2P+p, ...) so that every program gets a similar number of tiles. Decode only: each sequence
+2P+p, ...) so that every program gets a similar number of tiles. Small batches (fewer
+sequences than ~1.75 per program) split each sequence into NUM_SEGS segments of tiles and
+deal the (sequence, segment) items instead; each segment writes a partial row (unnormalized
+output, running max and sum) that paged_attention's merge kernel combines, as the unified
+kernel's split path does. Decode only: each sequence
 has 0 (graph padding, skipped) or 1 query token. The grid and MAX_ITEMS depend only on host
 ints, so the launch is CUDA-graph safe with padded batches.
 """
@@ -25,7 +29,14 @@ import os
 import torch
 
 from strixlm.kernels.kv_write import FP8_DTYPE, HAS_TRITON
-from strixlm.kernels.paged_attention import LOG2E, _pow2, fp8_pairs, launch_strides
+from strixlm.kernels.paged_attention import (
+    LOG2E,
+    _pow2,
+    fp8_pairs,
+    launch_strides,
+    merge_segments,
+    segment_buffers,
+)
 
 if HAS_TRITON:
     import triton
@@ -44,6 +55,10 @@ PERSISTENT_ENABLED = os.environ.get("STRIXLM_ATTN_PERSISTENT", "1") != "0"
 PERSISTENT_MIN_ITEMS = 1.75
 # K/V stay single-buffered up to 4 stages at tile 64; 2 stages timed 1-2% better than 3.
 PERSISTENT_STAGES = 2
+# Below PERSISTENT_MIN_ITEMS, split sequences into segments so that each program gets about
+# this many (sequence, segment) items (0 disables: the unified kernel takes small batches).
+PERSISTENT_SPLIT_ITEMS = float(os.environ.get("STRIXLM_ATTN_PERSISTENT_SPLIT_ITEMS", "4"))
+PERSISTENT_MAX_SEGS = 64  # as the unified split (SPLIT_MAX_SEGS)
 
 
 def persistent_programs(num_seqs: int, num_kv_heads: int, sms: int) -> int:
@@ -54,10 +69,29 @@ def persistent_programs(num_seqs: int, num_kv_heads: int, sms: int) -> int:
 
 
 def use_persistent(num_seqs: int, num_kv_heads: int, max_query_len: int, sms: int) -> bool:
+    """The persistent grid without splitting: ~2 or more sequences per program."""
     if max_query_len != 1 or not PERSISTENT_ENABLED:
         return False
     p = persistent_programs(num_seqs, num_kv_heads, sms)
     return num_seqs >= PERSISTENT_MIN_ITEMS * p
+
+
+def persistent_segments(
+    num_seqs: int, num_kv_heads: int, max_query_len: int, max_seq_len: int, tile: int, sms: int
+) -> int:
+    """Segments per sequence for the persistent grid: 1 (no split), n > 1, or 0 (use the
+    unified kernel). Host ints only, fixed per captured shape; segments stay >= 2 tiles
+    long at max_seq_len (the padded upper bound under graph capture)."""
+    if use_persistent(num_seqs, num_kv_heads, max_query_len, sms):
+        return 1
+    if max_query_len != 1 or not PERSISTENT_ENABLED or PERSISTENT_SPLIT_ITEMS <= 0:
+        return 0
+    full = max(1, (sms * PERSISTENT_CTAS_PER_SM) // max(1, num_kv_heads))
+    want = -(-int(PERSISTENT_SPLIT_ITEMS * full) // max(1, num_seqs))
+    by_len = max(1, max_seq_len // (2 * tile))
+    by_len = 1 << (by_len.bit_length() - 1)  # round down to a power of two
+    segs = min(_pow2(want), by_len, PERSISTENT_MAX_SEGS)
+    return segs if segs >= 2 else 0
 
 
 if HAS_TRITON:
@@ -72,6 +106,9 @@ if HAS_TRITON:
         seq_lens_ptr,
         qsl_ptr,
         order_ptr,
+        segm_acc_ptr,
+        segm_max_ptr,
+        segm_sum_ptr,
         qk_scale,
         out_scale,
         num_seqs,
@@ -83,6 +120,7 @@ if HAS_TRITON:
         stride_cs,
         stride_ch,
         stride_bt,
+        NUM_Q_HEADS: tl.constexpr,
         G: tl.constexpr,
         HEAD_DIM: tl.constexpr,
         DIM_P: tl.constexpr,
@@ -90,6 +128,7 @@ if HAS_TRITON:
         TILE: tl.constexpr,
         BLOCK_M: tl.constexpr,
         MAX_ITEMS: tl.constexpr,
+        NUM_SEGS: tl.constexpr,
         IEEE: tl.constexpr,
         K_ROWS: tl.constexpr,
         HAS_ORDER: tl.constexpr,
@@ -99,19 +138,25 @@ if HAS_TRITON:
         n_prog = tl.num_programs(0)
         kv_head = tl.program_id(1)
 
-        # This program's sequences (snake over the longest-first order) and their tiles.
+        # This program's items (snake over the longest-first order; an item is a sequence,
+        # or one of its NUM_SEGS segments) and their tile ranges [los, los + tiles).
         idx = tl.arange(0, MAX_ITEMS)
         rank = idx * n_prog + tl.where(idx % 2 == 0, p, n_prog - 1 - p)
-        item_ok = rank < num_seqs
+        item_ok = rank < num_seqs * NUM_SEGS
+        seq_rank = rank // NUM_SEGS
+        segs = rank % NUM_SEGS
         if HAS_ORDER:
-            seqs = tl.load(order_ptr + rank, mask=item_ok, other=0)
+            seqs = tl.load(order_ptr + seq_rank, mask=item_ok, other=0)
         else:
-            seqs = rank
+            seqs = seq_rank
         q_lo = tl.load(qsl_ptr + seqs, mask=item_ok, other=0)
         q_hi = tl.load(qsl_ptr + seqs + 1, mask=item_ok, other=0)
         live = item_ok & (q_hi > q_lo)  # graph padding has no query: no tiles
         lens = tl.load(seq_lens_ptr + seqs, mask=live, other=0)
-        tiles = tl.where(live, tl.cdiv(lens, TILE), 0)
+        n_tiles = tl.cdiv(lens, TILE)
+        per_seg = tl.cdiv(n_tiles, NUM_SEGS)
+        los = segs * per_seg
+        tiles = tl.where(live, tl.maximum(tl.minimum(los + per_seg, n_tiles) - los, 0), 0)
         ends = tl.cumsum(tiles, axis=0)
         firsts = ends - tiles
         total = tl.sum(tiles, axis=0)
@@ -122,16 +167,24 @@ if HAS_TRITON:
         head = kv_head * G + offs_m % G
         row_ok = offs_m < G  # one query token: rows G.. are padding of the MMA tile
         io_mask = row_ok[:, None] & (offs_d < HEAD_DIM)[None, :]
+        if NUM_SEGS > 1:
+            # Empty segments (short sequences) never reach a last tile: mark them empty for
+            # the merge here (max -inf, sum 0), as the unified kernel's empty segments do.
+            rows = (q_lo.to(tl.int64)[:, None] * NUM_Q_HEADS + head[None, :]) * NUM_SEGS
+            rows += segs[:, None]
+            empty = (live & (tiles == 0))[:, None] & row_ok[None, :]
+            tl.store(segm_max_ptr + rows, float("-inf"), mask=empty)
+            tl.store(segm_sum_ptr + rows, 0.0, mask=empty)
         head_off = kv_head * stride_ch
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, DIM_P], dtype=tl.float32)
         for t in range(0, total):
-            # Which sequence and tile: everything below is a function of t.
+            # Which item and tile: everything below is a function of t.
             sel = idx == tl.sum((ends <= t).to(tl.int32), axis=0)
             seq = tl.sum(tl.where(sel, seqs, 0), axis=0)
             seq_len = tl.sum(tl.where(sel, lens, 0), axis=0)
-            j = t - tl.sum(tl.where(sel, firsts, 0), axis=0)
+            j = t - tl.sum(tl.where(sel, firsts - los, 0), axis=0)
             last = t == tl.sum(tl.where(sel, ends, 0), axis=0) - 1
             tok = tl.sum(tl.where(sel, q_lo, 0), axis=0).to(tl.int64)
             q = tl.load(
@@ -148,12 +201,23 @@ if HAS_TRITON:
                 HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, True, IEEE, K_ROWS, FP8_PAIRS,
             )  # fmt: skip
             if last:
-                res = acc * (out_scale / l_i)[:, None]
-                tl.store(
-                    out_ptr + tok * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
-                    res.to(out_ptr.dtype.element_ty),
-                    mask=io_mask,
-                )
+                if NUM_SEGS > 1:  # a partial row for the merge, in the unified layout
+                    seg = tl.sum(tl.where(sel, segs, 0), axis=0)
+                    row = (tok * NUM_Q_HEADS + head) * NUM_SEGS + seg
+                    tl.store(segm_max_ptr + row, m_i, mask=row_ok)
+                    tl.store(segm_sum_ptr + row, l_i, mask=row_ok)
+                    tl.store(
+                        segm_acc_ptr + row[:, None] * DIM_P + offs_d[None, :],
+                        acc,
+                        mask=row_ok[:, None],
+                    )
+                else:
+                    res = acc * (out_scale / l_i)[:, None]
+                    tl.store(
+                        out_ptr + tok * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
+                        res.to(out_ptr.dtype.element_ty),
+                        mask=io_mask,
+                    )
             acc = tl.where(last, 0.0, acc)
             m_i = tl.where(last, float("-inf"), m_i)
             l_i = tl.where(last, 0.0, l_i)
@@ -178,19 +242,28 @@ def paged_decode_persistent(
     v_scale: float = 1.0,
     seq_order: torch.Tensor | None = None,
     num_programs: int | None = None,
+    num_segs: int = 1,
 ) -> torch.Tensor:
     """Decode attention (each sequence 0 or 1 query tokens) with the persistent grid; the
-    arguments are paged_attention's. Rows of graph-padding sequences are not written."""
+    arguments are paged_attention's. num_segs > 1 splits every sequence into that many
+    segments, merged by paged_attention's merge kernel. Rows of graph-padding sequences
+    are not written without a split (the merge writes them, from unset partials)."""
     _, hq, d = q.shape
     _, _, bs, hkv, _ = kv_cache.shape
     num_seqs = seq_lens.shape[0]
     g = hq // hkv
     assert block_m >= g
-    n_prog = num_programs or persistent_programs(num_seqs, hkv, sms)
-    max_items = max(2, _pow2(-(-num_seqs // n_prog)))
+    items = num_seqs * num_segs
+    n_prog = num_programs or persistent_programs(items, hkv, sms)
+    max_items = max(2, _pow2(-(-items // n_prog)))
     if kv_cache.dtype != FP8_DTYPE:
         k_scale = v_scale = 1.0
     kc, vc = kv_cache[0], kv_cache[1]
+    dim_p = max(16, _pow2(d))
+    if num_segs > 1:
+        segm = segment_buffers(q.shape[0], hq, num_segs, dim_p, q.device)
+    else:
+        segm = (out, out, out)  # never touched; any pointer will do
     _paged_decode_persistent_kernel[(n_prog, hkv)](
         out,
         q,
@@ -200,17 +273,20 @@ def paged_decode_persistent(
         seq_lens,
         query_start_loc,
         seq_order if seq_order is not None else seq_lens,  # unread without HAS_ORDER
+        *segm,
         float(scale * k_scale * LOG2E),
         float(v_scale),
         num_seqs,
         *launch_strides(q, out, kc, block_table),
+        NUM_Q_HEADS=hq,
         G=g,
         HEAD_DIM=d,
-        DIM_P=max(16, _pow2(d)),
+        DIM_P=dim_p,
         BLOCK_SIZE=bs,
         TILE=tile,
         BLOCK_M=block_m,
         MAX_ITEMS=max_items,
+        NUM_SEGS=num_segs,
         IEEE=q.dtype == torch.float32,
         K_ROWS=k_rows,
         HAS_ORDER=seq_order is not None,
@@ -218,4 +294,6 @@ def paged_decode_persistent(
         num_warps=num_warps,
         num_stages=num_stages,
     )
+    if num_segs > 1:
+        merge_segments(out, *segm, float(v_scale), num_segs)
     return out
