@@ -95,27 +95,26 @@ def test_persistent_heuristic(monkeypatch):
     sel = pa.select_config  # Qwen3-0.6B heads on 132 SMs: 66 programs per kv head
     assert pdk.persistent_programs(256, 8, 132) == 66
     cfg = sel(16, 8, 128, 256, 1, 2048, 132)
-    assert cfg.persistent and cfg.num_stages == pdk.PERSISTENT_STAGES
-    assert sel(16, 8, 128, 116, 1, 2048, 132).num_splits == 1  # 1.76 sequences per program
-    # Below that, sequences split into segments: ~4 items per program (264 per head).
-    assert sel(16, 8, 128, 115, 1, 2048, 132).num_splits == 4
-    assert sel(16, 8, 128, 64, 1, 2048, 132).num_splits == 8
-    assert sel(16, 8, 128, 64, 1, 2048, 132).persistent
-    assert sel(16, 8, 128, 1, 1, 8192, 132).num_splits == 64  # capped at 64 segments
-    assert sel(16, 8, 128, 8, 1, 512, 132).num_splits == 4  # >= 2 tiles per segment
-    assert not sel(16, 8, 128, 8, 1, 64, 132).persistent  # too short to split: unified
-    assert sel(16, 8, 128, 64, 1, 2048, 132, num_splits=1) == sel(
-        16, 8, 128, 64, 1, 2048, 132, num_splits=1
-    )
-    assert not sel(16, 8, 128, 64, 1, 2048, 132, num_splits=1).persistent  # explicit: unified
+    assert cfg.persistent and cfg.num_stages == pdk.PERSISTENT_STAGES and cfg.num_splits == 1
+    assert sel(16, 8, 128, 83, 1, 2048, 132).num_splits == 1  # 1.26 sequences per program
+    # Below that, down to 0.6 per program: two segments per sequence.
+    assert sel(16, 8, 128, 82, 1, 2048, 132) == sel(16, 8, 128, 40, 1, 2048, 132)
+    cfg = sel(16, 8, 128, 40, 1, 2048, 132)
+    assert cfg.persistent and cfg.num_splits == 2
+    assert not sel(16, 8, 128, 64, 1, 200, 132).persistent  # segments under 2 tiles
+    # Fewer: the unified kernel and its own split.
+    cfg = sel(16, 8, 128, 39, 1, 2048, 132)
+    assert not cfg.persistent and cfg.num_splits == pa.choose_num_splits(39, 8, 1, 2048, 64, 132)
+    assert not sel(16, 8, 128, 1, 1, 8192, 132).persistent
     assert not sel(16, 8, 128, 256, 2, 2048, 132).persistent  # speculative verification
     assert not sel(16, 8, 128, 256, 600, 2048, 132).persistent  # prefill
-    monkeypatch.setattr(pdk, "PERSISTENT_SPLIT_ITEMS", 0)  # split off: the unified kernel
+    # An explicit num_splits keeps the unified kernel below the threshold.
+    assert not sel(16, 8, 128, 64, 1, 2048, 132, num_splits=1).persistent
+    monkeypatch.setattr(pdk, "PERSISTENT_SPLIT_MIN_ITEMS", 0)  # split off: the unified kernel
     cfg = sel(16, 8, 128, 64, 1, 2048, 132)
     assert not cfg.persistent and cfg.num_splits == 1
     monkeypatch.setattr(pdk, "PERSISTENT_ENABLED", False)  # STRIXLM_ATTN_PERSISTENT=0
     assert not sel(16, 8, 128, 256, 1, 2048, 132).persistent
-    assert not sel(16, 8, 128, 64, 1, 2048, 132).persistent
 
 
 @pytest.mark.parametrize(("segs", "n_prog"), [(2, 1), (2, 5), (4, 3), (8, 7)])
@@ -134,8 +133,8 @@ def test_split_persistent_equals_unified_split(segs, n_prog):
 
 
 def test_split_persistent_order_fp8_and_dispatch():
-    """Longest-first order over an fp8 cache with fp16 queries, through paged_attention's
-    heuristic (a small batch: the persistent grid with segments)."""
+    """Longest-first order over an fp8 cache with fp16 queries; paged_attention with the
+    heuristic's config for a batch of ~0.7 sequences per program (two segments)."""
     b = Batch(ROWS, 8, 2, 64, 16, torch.float16, cache_dtype=kvw.FP8_DTYPE, seed=5)
     kw = dict(k_scale=0.03, v_scale=0.05)
     lens = b.seq_lens
@@ -143,11 +142,16 @@ def test_split_persistent_order_fp8_and_dispatch():
     unified = pa.paged_attention(
         *_args(b), max_query_len=1, max_seq_len=72, config=pa.AttnConfig(16, 16, 4, 2, 2), **kw
     )
-    cfg = pa.select_config(8, 2, 64, len(lens), 1, 512, 132)  # 512: an upper bound
-    assert cfg.persistent and cfg.num_splits == 4
+    # 11 sequences over 2 kv heads on 4 SMs: 8 programs per head, 1.4 per program.
+    cfg = pa.select_config(8, 2, 64, len(lens), 1, 512, 4)  # 512: an upper bound
+    assert cfg.persistent and cfg.num_splits == 1
+    cfg = pa.select_config(8, 2, 64, len(lens), 1, 512, 8)  # 16 programs per head: 0.69
+    assert cfg.persistent and cfg.num_splits == 2
     got = _persistent(b, 4, seq_order=order, num_segs=2, **kw)
     assert torch.equal(got[: b.t], unified[: b.t])
-    via = pa.paged_attention(*_args(b), max_query_len=1, max_seq_len=512, seq_order=order, **kw)
+    via = pa.paged_attention(
+        *_args(b), max_query_len=1, max_seq_len=512, seq_order=order, config=cfg, **kw
+    )
     deq = kvw.dequantize_cache(b.kv_cache, 0.03, 0.05)
     ref = pa.paged_attention_ref(b.q.float(), deq.float(), b.query_lens, b.seq_lens,
                                  b.block_table, 0.2)  # fmt: skip

@@ -356,11 +356,8 @@ def test_split_heuristic():
     assert pa.choose_num_splits(64, 8, 1, 2048, 64, 132) == 1
     assert pa.choose_num_splits(1, 8, 512, 8192, 64, 132) == 1
     assert pa.choose_num_splits(4, 8, 1, 64, 64, 132) == 1
-    cfg = pa.select_config(16, 8, 128, 16, 1, 2048, 132, num_splits=None)
-    # 16 decodes: the persistent grid with 16 segments per sequence (test_paged_decode.py
-    # has that heuristic); the unified kernel's own choice would be 4 segments.
-    assert cfg.persistent and cfg.num_splits == 16
-    assert pa.choose_num_splits(16, 8, 1, 2048, 64, 132) == 4
+    cfg = pa.select_config(16, 8, 128, 16, 1, 2048, 132)
+    assert cfg.block_m >= 16 and cfg.tile >= 16 and cfg.num_splits == 4
 
 
 def test_torch_fallback_path(monkeypatch):

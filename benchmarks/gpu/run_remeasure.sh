@@ -19,7 +19,8 @@
 #   persist decode attention, unified vs persistent grid (sweep_decode_attn --persistent)
 #   splitpersist small decode batches: unified (split) vs the persistent grid with segments
 #           (sweep_decode_attn --split-persistent), attention vs torch, then the workload
-#           with segments on / off (STRIXLM_ATTN_PERSISTENT_SPLIT_ITEMS=4 / 0), alternating
+#           with the new thresholds on / off (persistent from 1.25 sequences per program
+#           and two segments from 0.6, vs session 5's 1.75 and no split), alternating
 #   abpersist the workload with STRIXLM_ATTN_PERSISTENT=1 / 0, alternating, twice each
 #   e2e     greedy tokens vs HF on CUDA (check_e2e.py) only
 #   topp    check_sampler with STRIXLM_SAMPLER_TOPP_REJECTION=1 (it also times the radix path)
@@ -108,8 +109,10 @@ if has splitpersist; then
   run split_sweep 200 python benchmarks/gpu/sweep_decode_attn.py --split-persistent \
     --json "$OUT/split_persistent.json"
   run split_attn_check 150 python benchmarks/gpu/check_attention.py --quick
-  for v in on1:4 off1:0 on2:4 off2:0; do
-    STRIXLM_ATTN_PERSISTENT_SPLIT_ITEMS=${v#*:} run tp_split_${v%%:*} 100 $TP --model qwen3-0.6b
+  for v in on1:1.25:0.6 off1:1.75:0 on2:1.25:0.6 off2:1.75:0; do
+    IFS=: read -r tag pmin smin <<<"$v"
+    STRIXLM_ATTN_PERSISTENT_MIN=$pmin STRIXLM_ATTN_PERSISTENT_SPLIT_MIN=$smin \
+      run tp_split_$tag 100 $TP --model qwen3-0.6b
   done
   grep "strixlm  " "$OUT"/tp_split_*.log
 fi

@@ -13,8 +13,8 @@ and the online-softmax state restarts. The per-tile math is the unified kernel's
 two loops may round differently (within bf16 tolerance on the H200).
 
 Sequences are dealt to programs in a snake over the longest-first order (ranks p, 2P-1-p,
-2P+p, ...) so that every program gets a similar number of tiles. Small batches (fewer
-sequences than ~1.75 per program) split each sequence into NUM_SEGS segments of tiles and
+2P+p, ...) so that every program gets a similar number of tiles. Smaller batches (fewer
+sequences than ~1.25 per program) split each sequence into NUM_SEGS segments of tiles and
 deal the (sequence, segment) items instead; each segment writes a partial row (unnormalized
 output, running max and sum) that paged_attention's merge kernel combines, as the unified
 kernel's split path does. Decode only: each sequence
@@ -51,14 +51,17 @@ if HAS_TRITON:
 PERSISTENT_CTAS_PER_SM = int(os.environ.get("STRIXLM_ATTN_PERSISTENT_CTAS", "4"))
 # STRIXLM_ATTN_PERSISTENT=0 keeps the unified kernel, for A/B runs (read once, at import).
 PERSISTENT_ENABLED = os.environ.get("STRIXLM_ATTN_PERSISTENT", "1") != "0"
-# Use it when programs get at least this many sequences on average (batch 128 gives 1.94).
-PERSISTENT_MIN_ITEMS = 1.75
+# Use it unsplit when programs get at least this many sequences on average (batch 83 with
+# Qwen3-0.6B's 8 kv heads on 132 SMs). H200, sweep_decode_attn --split-persistent
+# (2026-12-01): x1.125 against the unified kernel at batch 96 and 115 (1.45 / 1.74 per
+# program), x0.92 at batch 64 (0.97).
+PERSISTENT_MIN_ITEMS = float(os.environ.get("STRIXLM_ATTN_PERSISTENT_MIN", "1.25"))
 # K/V stay single-buffered up to 4 stages at tile 64; 2 stages timed 1-2% better than 3.
 PERSISTENT_STAGES = 2
-# Below PERSISTENT_MIN_ITEMS, split sequences into segments so that each program gets about
-# this many (sequence, segment) items (0 disables: the unified kernel takes small batches).
-PERSISTENT_SPLIT_ITEMS = float(os.environ.get("STRIXLM_ATTN_PERSISTENT_SPLIT_ITEMS", "4"))
-PERSISTENT_MAX_SEGS = 64  # as the unified split (SPLIT_MAX_SEGS)
+# From this many sequences per program up to PERSISTENT_MIN_ITEMS, two segments per
+# sequence (x1.02 at batch 48 and 64 in the same sweep; four or more segments lost 1-10%
+# there, and below batch 33 the unified kernel's own split won). 0 disables the split.
+PERSISTENT_SPLIT_MIN_ITEMS = float(os.environ.get("STRIXLM_ATTN_PERSISTENT_SPLIT_MIN", "0.6"))
 
 
 def persistent_programs(num_seqs: int, num_kv_heads: int, sms: int) -> int:
@@ -79,19 +82,17 @@ def use_persistent(num_seqs: int, num_kv_heads: int, max_query_len: int, sms: in
 def persistent_segments(
     num_seqs: int, num_kv_heads: int, max_query_len: int, max_seq_len: int, tile: int, sms: int
 ) -> int:
-    """Segments per sequence for the persistent grid: 1 (no split), n > 1, or 0 (use the
+    """Segments per sequence for the persistent grid: 1 (no split), 2, or 0 (use the
     unified kernel). Host ints only, fixed per captured shape; segments stay >= 2 tiles
     long at max_seq_len (the padded upper bound under graph capture)."""
     if use_persistent(num_seqs, num_kv_heads, max_query_len, sms):
         return 1
-    if max_query_len != 1 or not PERSISTENT_ENABLED or PERSISTENT_SPLIT_ITEMS <= 0:
+    if max_query_len != 1 or not PERSISTENT_ENABLED or PERSISTENT_SPLIT_MIN_ITEMS <= 0:
         return 0
     full = max(1, (sms * PERSISTENT_CTAS_PER_SM) // max(1, num_kv_heads))
-    want = -(-int(PERSISTENT_SPLIT_ITEMS * full) // max(1, num_seqs))
-    by_len = max(1, max_seq_len // (2 * tile))
-    by_len = 1 << (by_len.bit_length() - 1)  # round down to a power of two
-    segs = min(_pow2(want), by_len, PERSISTENT_MAX_SEGS)
-    return segs if segs >= 2 else 0
+    if num_seqs < PERSISTENT_SPLIT_MIN_ITEMS * full or max_seq_len < 4 * tile:
+        return 0
+    return 2
 
 
 if HAS_TRITON:
