@@ -113,9 +113,12 @@ if HAS_TRITON:
         BLOCK_SIZE: tl.constexpr,
         FP8: tl.constexpr,
     ):
-        # One program per token: its cos/sin row and both weights are loaded once and
-        # reused for every head, looped over in blocks of BLOCK_H heads.
+        # Two programs per token, one for the q heads and one for k (and the cache write of
+        # k and v): decode steps have few tokens, and one program doing both serialized
+        # the two halves' load latencies. Each loads its cos/sin row and weight once and
+        # loops over its heads in blocks of BLOCK_H.
         tok = tl.program_id(0).to(tl.int64)
+        do_q = tl.program_id(1) == 0
         pos = tl.load(pos_ptr + tok * pos_stride).to(tl.int64)
         d = tl.arange(0, BLOCK_HALF)
         d_mask = d < half
@@ -123,16 +126,18 @@ if HAS_TRITON:
         sin = tl.load(sin_ptr + pos * sin_stride + d, mask=d_mask, other=0.0).to(tl.float32)
         cos = cos[None, :]
         sin = sin[None, :]
-        qw1 = tl.load(qw_ptr + d, mask=d_mask, other=0.0).to(tl.float32)[None, :]
-        qw2 = tl.load(qw_ptr + half + d, mask=d_mask, other=0.0).to(tl.float32)[None, :]
+        h = tl.arange(0, BLOCK_H)
+        if do_q:
+            qw1 = tl.load(qw_ptr + d, mask=d_mask, other=0.0).to(tl.float32)[None, :]
+            qw2 = tl.load(qw_ptr + half + d, mask=d_mask, other=0.0).to(tl.float32)[None, :]
+            q_base = q_ptr + tok * q_s0
+            for h0 in range(0, n_q_heads, BLOCK_H):
+                _norm_rotate_heads(
+                    q_base, h0 + h, n_q_heads, q_s1, d, d_mask, half, qw1, qw2, eps, cos, sin
+                )
+            return
         kw1 = tl.load(kw_ptr + d, mask=d_mask, other=0.0).to(tl.float32)[None, :]
         kw2 = tl.load(kw_ptr + half + d, mask=d_mask, other=0.0).to(tl.float32)[None, :]
-        h = tl.arange(0, BLOCK_H)
-        q_base = q_ptr + tok * q_s0
-        for h0 in range(0, n_q_heads, BLOCK_H):
-            _norm_rotate_heads(
-                q_base, h0 + h, n_q_heads, q_s1, d, d_mask, half, qw1, qw2, eps, cos, sin
-            )
         k_base = k_ptr + tok * k_s0
         # The step's K/V also go to their cache slot here (WRITE_KV), as kv_write would:
         # one launch fewer per layer. Slot -1 (graph padding) writes nothing.
@@ -215,7 +220,7 @@ def qk_norm_rope_inplace(
     else:
         v, kc, vc, slot_mapping = k, k, k, positions  # never read without WRITE_KV
     block_h, block_half = head_tiles(n_q_heads, k.shape[1], half)
-    _qk_norm_rope_kernel[(t,)](
+    _qk_norm_rope_kernel[(t, 2)](
         q,
         k,
         positions,
