@@ -23,6 +23,9 @@
 #           and two segments from 0.6, vs session 5's 1.75 and no split), alternating
 #   abpersist the workload with STRIXLM_ATTN_PERSISTENT=1 / 0, alternating, twice each
 #   e2e     greedy tokens vs HF on CUDA (check_e2e.py) only
+#   quickchecks  glue kernels vs torch (and qk_norm_rope's replay time), greedy tokens vs
+#           HF on CUDA, host syncs per step at batch 256 and 64 (checks without MoE / order
+#           A/B)
 #   topp    check_sampler with STRIXLM_SAMPLER_TOPP_REJECTION=1 (it also times the radix path)
 #   splitk  split-K GEMM with its reduction in the next add + RMSNorm vs cuBLAS (bench_splitk_norm)
 #   fp8pairs check_attention with and without STRIXLM_ATTN_FP8_PAIRS=1, then fp8 throughput
@@ -72,6 +75,12 @@ if has prof1; then
 fi
 if has e2e; then
   run e2e 240 python benchmarks/gpu/check_e2e.py
+fi
+if has quickchecks; then
+  run glue 90 python benchmarks/gpu/check_glue_kernels.py
+  run e2e 240 python benchmarks/gpu/check_e2e.py
+  run syncs 120 python benchmarks/gpu/check_syncs.py --num-requests 256
+  run syncs64 120 python benchmarks/gpu/check_syncs.py --num-requests 64  # 2-segment split
 fi
 if has overlap; then  # two half-batches on two streams vs one batch (layer skeleton)
   run overlap 150 python benchmarks/gpu/bench_overlap.py --json "$OUT/overlap.json"
