@@ -23,6 +23,8 @@
 #           and two segments from 0.6, vs session 5's 1.75 and no split), alternating
 #   abpersist the workload with STRIXLM_ATTN_PERSISTENT=1 / 0, alternating, twice each
 #   e2e     greedy tokens vs HF on CUDA (check_e2e.py) only
+#   tilecost  partly filled last KV tiles vs full ones (sweep_decode_attn --tile-cost)
+#   serve   the online benchmark only (500 x 512/128, burst)
 #   quickchecks  glue kernels vs torch (and qk_norm_rope's replay time), greedy tokens vs
 #           HF on CUDA, host syncs per step at batch 256 and 64 (checks without MoE / order
 #           A/B)
@@ -75,6 +77,12 @@ if has prof1; then
 fi
 if has e2e; then
   run e2e 240 python benchmarks/gpu/check_e2e.py
+fi
+if has tilecost; then
+  run tilecost 100 python benchmarks/gpu/sweep_decode_attn.py --tile-cost --json "$OUT/tile_cost.json"
+fi
+if has serve; then
+  bash benchmarks/gpu/run_issue3.sh serve 2>&1 | grep -v -i warn | tail -24
 fi
 if has quickchecks; then
   run glue 90 python benchmarks/gpu/check_glue_kernels.py

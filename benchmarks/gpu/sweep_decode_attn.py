@@ -157,6 +157,30 @@ def split_persistent_ab(name, q, cache, md, ctxs, order, kv_bytes) -> dict:
     return row
 
 
+# Does a partly filled last KV tile cost a whole tile? Uniform contexts around multiples of
+# the 64-token tile, and the same tokens in fewer, longer sequences.
+TILE_COST_SHAPES = [
+    ("b256 ctx512 (8 full tiles)", [512] * 256),
+    ("b256 ctx520 (8 + 8 tokens)", [520] * 256),
+    ("b256 ctx544 (8 + 32 tokens)", [544] * 256),
+    ("b256 ctx576 (9 full tiles)", [576] * 256),
+    ("b128 ctx1024 (16 full tiles)", [1024] * 128),
+    ("b128 ctx1032 (16 + 8 tokens)", [1032] * 128),
+    ("b264 ctx512 (4 per program)", [512] * 264),
+]
+
+
+def tile_cost(name, q, cache, md, ctxs, order, kv_bytes) -> dict:
+    """The heuristic's config (the persistent grid at these sizes), graph-timed."""
+    sms = pa.num_sms(q.device)
+    cfg = pa.select_config(HQ, HKV, D, len(ctxs), 1, max(ctxs), sms)
+    t = graph_time_us(attn_call(q, cache, md, False, cfg, seq_order=order))
+    tiles = sum(-(-c // cfg.tile) for c in ctxs)
+    print(f"{name}: {t:7.1f} us ({kv_bytes / t / 1e6:.2f} TB/s), {tiles} tiles per head,"
+          f" {t * 1e3 / tiles * 66:.1f} ns per tile-slot of a program")  # fmt: skip
+    return {"shape": name, "us": t, "tiles_per_head": tiles, "config": str(cfg)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
@@ -172,10 +196,18 @@ def main() -> None:
         action="store_true",
         help="small batches: unified (split) vs the persistent grid with segments",
     )
+    ap.add_argument(
+        "--tile-cost", action="store_true", help="partly filled last tiles vs full ones"
+    )
     args = ap.parse_args()
     deadline = time.monotonic() + args.budget_s
     results = []
-    for name, ctxs in SPLIT_SHAPES if args.split_persistent else SHAPES:
+    shapes = SHAPES
+    if args.split_persistent:
+        shapes = SPLIT_SHAPES
+    elif args.tile_cost:
+        shapes = TILE_COST_SHAPES
+    for name, ctxs in shapes:
         if time.monotonic() > deadline:
             print(f"{name}: skipped (time budget spent)")
             continue
@@ -186,9 +218,10 @@ def main() -> None:
         kv_bytes = sum(ctxs) * HKV * D * 2 * cache.element_size()
         sms = pa.num_sms(q.device)
         heur = pa.select_config(HQ, HKV, D, b, 1, max(ctxs), sms)
-        if args.persistent or args.split_persistent:
+        if args.persistent or args.split_persistent or args.tile_cost:
             order = torch.tensor(sorted(range(b), key=lambda i: -ctxs[i]), dtype=torch.int32)
             ab = split_persistent_ab if args.split_persistent else persistent_ab
+            ab = tile_cost if args.tile_cost else ab
             results.append(ab(name, q, cache, md, ctxs, order.to(q.device), kv_bytes))
             del cache
             torch.cuda.empty_cache()
