@@ -23,6 +23,8 @@
 #           and two segments from 0.6, vs session 5's 1.75 and no split), alternating
 #   abpersist the workload with STRIXLM_ATTN_PERSISTENT=1 / 0, alternating, twice each
 #   e2e     greedy tokens vs HF on CUDA (check_e2e.py) only
+#   gcab    the workload with the start-up heap frozen during generate (STRIXLM_GC_FREEZE=1,
+#           the default) / not, alternating, each traced: host-bound steps and GC pauses
 #   tilecost  partly filled last KV tiles vs full ones (sweep_decode_attn --tile-cost)
 #   serve   the online benchmark only (500 x 512/128, burst)
 #   quickchecks  glue kernels vs torch (and qk_norm_rope's replay time), greedy tokens vs
@@ -77,6 +79,15 @@ if has prof1; then
 fi
 if has e2e; then
   run e2e 240 python benchmarks/gpu/check_e2e.py
+fi
+if has gcab; then
+  run tp_warm 100 $TP --model qwen3-0.6b
+  for v in on1:1 off1:0 on2:1 off2:0; do
+    STRIXLM_GC_FREEZE=${v#*:} STRIXLM_STEP_TRACE=/tmp/trace_${v%%:*}.csv \
+      run tp_gc_${v%%:*} 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_gc_${v%%:*}.json"
+    python benchmarks/gpu/summarize_trace.py /tmp/trace_${v%%:*}.csv | tail -11
+  done
+  grep "strixlm  " "$OUT"/tp_gc_*.log
 fi
 if has tilecost; then
   run tilecost 100 python benchmarks/gpu/sweep_decode_attn.py --tile-cost --json "$OUT/tile_cost.json"

@@ -46,6 +46,24 @@ def main(path: str) -> None:
             f"{kind:8s} {lab:>7s} {int(n):6d} {wall / 1e3:8.3f} {wall / total:6.1%} "
             f"{wall / n:8.2f} {host / n:8.2f} {wait / n:8.2f} {other / n:8.2f}"
         )
+    # Steps where the GPU result was already there (host-bound: the GPU may have idled).
+    walls = [
+        ((nxt["t_start"] - cur["t_start"]) * 1e3, cur)
+        for cur, nxt in zip(recs, recs[1:], strict=False)
+    ]
+    idle = [(w, r) for w, r in walls if r["wait_ms"] < 0.05]
+    print(f"host-bound steps (wait < 0.05 ms): {len(idle)}, {sum(w for w, _ in idle) / 1e3:.3f} s")
+    for w, r in sorted(walls, key=lambda x: -(x[0] - x[1]["wait_ms"]))[:8]:
+        print(
+            f"  slowest host: wall {w:7.2f} ms, wait {r['wait_ms']:6.2f}, schedule"
+            f" {r['schedule_ms']:6.2f}, launch {r['launch_ms']:6.2f}, update"
+            f" {r['update_ms']:6.2f}, {int(r['num_reqs'])} reqs, {int(r['num_tokens'])} tokens"
+        )
+    try:
+        with open(path + ".gc.json") as f:
+            print("garbage collector pauses:", f.read())
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import queue
 import traceback
 
 from strixlm.config import EngineConfig
+from strixlm.engine.gc_freeze import freeze_for_process
 from strixlm.engine.model_info import ModelInfo
 
 
@@ -29,6 +30,7 @@ def run_engine_core(config: EngineConfig, info: ModelInfo, in_q, out_q, log_leve
     except Exception:
         out_q.put(("error", traceback.format_exc()))
         return
+    freeze_for_process()  # this process lives as long as the engine
     out_q.put(("ready", core.num_blocks))
     while True:
         # Block only when idle: a busy engine polls the queue between steps.

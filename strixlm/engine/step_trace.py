@@ -9,6 +9,8 @@ means the host is the bottleneck; a long wait means the GPU is.
 from __future__ import annotations
 
 import atexit
+import gc
+import json
 import os
 import time
 from dataclasses import astuple, dataclass, fields
@@ -31,7 +33,19 @@ class StepTracer:
         self.path = path
         self.records: list[StepRecord] = []
         self.t0 = time.perf_counter()
+        # Garbage-collector pauses by generation (count, seconds): they stall the loop.
+        self.gc_pauses = {g: [0, 0.0] for g in range(3)}
+        self._gc_start = 0.0
+        gc.callbacks.append(self._on_gc)
         atexit.register(self.flush)
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+        else:
+            pause = self.gc_pauses[info["generation"]]
+            pause[0] += 1
+            pause[1] += time.perf_counter() - self._gc_start
 
     @classmethod
     def from_env(cls) -> StepTracer | None:
@@ -50,3 +64,6 @@ class StepTracer:
             for r in self.records:
                 cells = (f"{v:.4f}" if isinstance(v, float) else str(v) for v in astuple(r))
                 f.write(",".join(cells) + "\n")
+        pauses = {f"gen{g}": {"count": c, "seconds": t} for g, (c, t) in self.gc_pauses.items()}
+        with open(self.path + ".gc.json", "w") as f:
+            json.dump(pauses, f)

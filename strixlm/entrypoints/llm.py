@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from tqdm import tqdm
 
 from strixlm.config import EngineConfig
+from strixlm.engine.gc_freeze import frozen_heap
 from strixlm.engine.llm_engine import LLMEngine
 from strixlm.engine.request import RequestOutput, SamplingParams
 
@@ -109,15 +110,16 @@ class LLM:
             total=len(ids), desc="Processed prompts", disable=not use_tqdm, dynamic_ncols=True
         )
         out_tokens = 0
-        while self.engine.has_unfinished():
-            for ro in self.engine.step():
-                if ro.finished:
-                    done[ro.request_id] = ro
-                    out_tokens += sum(len(c.token_ids) for c in ro.outputs)
-                    bar.update(1)
-                    rate = bar.format_dict["rate"]
-                    if rate:
-                        elapsed = bar.format_dict["elapsed"] or 1e-9
-                        bar.set_postfix_str(f"output {out_tokens / elapsed:.1f} tok/s")
+        with frozen_heap():  # no full collections over the start-up heap mid-run
+            while self.engine.has_unfinished():
+                for ro in self.engine.step():
+                    if ro.finished:
+                        done[ro.request_id] = ro
+                        out_tokens += sum(len(c.token_ids) for c in ro.outputs)
+                        bar.update(1)
+                        rate = bar.format_dict["rate"]
+                        if rate:
+                            elapsed = bar.format_dict["elapsed"] or 1e-9
+                            bar.set_postfix_str(f"output {out_tokens / elapsed:.1f} tok/s")
         bar.close()
         return [done[i] for i in ids]
