@@ -25,6 +25,7 @@
 #   e2e     greedy tokens vs HF on CUDA (check_e2e.py) only
 #   gcab    the workload with the start-up heap frozen during generate (STRIXLM_GC_FREEZE=1,
 #           the default) / not, alternating, each traced: host-bound steps and GC pauses
+#   slowsteps  cProfile of the workload's slowest host steps (profile_slow_steps.py)
 #   tilecost  partly filled last KV tiles vs full ones (sweep_decode_attn --tile-cost)
 #   serve   the online benchmark only (500 x 512/128, burst)
 #   quickchecks  glue kernels vs torch (and qk_norm_rope's replay time), greedy tokens vs
@@ -88,6 +89,9 @@ if has gcab; then
     python benchmarks/gpu/summarize_trace.py /tmp/trace_${v%%:*}.csv | tail -11
   done
   grep "strixlm  " "$OUT"/tp_gc_*.log
+fi
+if has slowsteps; then
+  run slowsteps 150 python benchmarks/gpu/profile_slow_steps.py
 fi
 if has tilecost; then
   run tilecost 100 python benchmarks/gpu/sweep_decode_attn.py --tile-cost --json "$OUT/tile_cost.json"
