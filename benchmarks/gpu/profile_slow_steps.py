@@ -36,7 +36,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threshold-ms", type=float, default=20.0)
     ap.add_argument("--top", type=int, default=18)
-    ap.add_argument("--max-reports", type=int, default=4)
+    ap.add_argument("--max-reports", type=int, default=3)
     args = ap.parse_args()
     folder, load_format = resolve_model("qwen3-0.6b", "dummy")
     hf = AutoConfig.from_pretrained(folder)
@@ -67,7 +67,9 @@ def main() -> int:
             ms = (time.perf_counter() - t0) * 1e3
             if ms > args.threshold_ms and len(reports) < args.max_reports:
                 buf = io.StringIO()
-                pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(args.top)
+                st = pstats.Stats(prof, stream=buf).sort_stats("cumulative")
+                st.print_stats("strixlm", args.top)  # our frames: which call led there
+                st.print_stats(args.top)
                 n_new = len(sched.new_reqs)
                 reports.append((ms, sched.total_num_scheduled_tokens, n_new, buf.getvalue()))
 
