@@ -8,6 +8,7 @@ os.environ["TRITON_INTERPRET"] = "1"
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from aot_compile import assert_compiles  # noqa: E402
 
 triton = pytest.importorskip("triton")
 
@@ -23,7 +24,8 @@ def _tables(num_rows=6, max_len=96, block_size=4, seed=0):
     return token_ids, block_table.to(torch.int32)
 
 
-def test_kernel_matches_reference():
+@pytest.mark.parametrize("programs_per_row", [1, 2, 3])
+def test_kernel_matches_reference(programs_per_row):
     bs = 4
     token_ids, block_table = _tables(block_size=bs)
     num_computed = torch.tensor([0, 10, 33, 7, 0, 50], dtype=torch.int32)
@@ -39,7 +41,7 @@ def test_kernel_matches_reference():
         seq = torch.full((rows.numel(),), 777, dtype=torch.int32)
         args = (token_ids, num_computed, block_table, rows, qsl, bs, ids, pos, slot, seq)
         if fn is None:
-            input_prep._prepare_inputs_kernel[(rows.numel(), 2)](
+            input_prep._prepare_inputs_kernel[(rows.numel(), programs_per_row)](
                 token_ids,
                 token_ids.stride(0),
                 num_computed,
@@ -53,7 +55,6 @@ def test_kernel_matches_reference():
                 seq,
                 BLOCK_SIZE=bs,
                 TILE=8,
-                SPLITS=2,
             )
         else:
             fn(*args)
@@ -66,3 +67,35 @@ def test_kernel_matches_reference():
     assert int(slot[0]) == int(block_table[2, 33 // bs]) * bs + 33 % bs
     assert pos[1:18].tolist() == list(range(17))
     assert seq.tolist() == [34, 17, 51, 50]
+
+
+def test_no_per_step_constexpr():
+    """Only model constants are compile-time: a constexpr that follows the step (as the
+    programs per row once did, from the longest chunk) compiles a new kernel mid-run."""
+    import inspect
+
+    kernel = input_prep._prepare_inputs_kernel
+    fn = getattr(kernel, "fn", kernel)  # the Python function under the JIT wrapper
+    sig = inspect.signature(fn)
+    constexprs = [n for n, p in sig.parameters.items() if "constexpr" in str(p.annotation)]
+    assert constexprs == ["BLOCK_SIZE", "TILE"]
+
+
+AOT_SCRIPT = r"""
+from strixlm.kernels import input_prep
+
+sig = dict(token_ids_ptr="*i32", tok_stride="i32", num_computed_ptr="*i32",
+           block_table_ptr="*i32", bt_stride="i32", rows_ptr="*i32", qsl_ptr="*i32",
+           input_ids_ptr="*i32", positions_ptr="*i64", slot_ptr="*i64", seq_lens_ptr="*i32")
+consts = dict(BLOCK_SIZE=16, TILE=128)
+names = list(sig) + list(consts)
+attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in sig if n.endswith("_ptr")}
+src = ASTSource(input_prep._prepare_inputs_kernel, {**sig, **{k: "constexpr" for k in consts}},
+                consts, attrs)
+triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+print("compiled")
+"""
+
+
+def test_kernel_compiles_for_sm90():
+    assert_compiles(AOT_SCRIPT)

@@ -63,7 +63,6 @@ if HAS_TRITON:
         input_ids_ptr, positions_ptr, slot_ptr, seq_lens_ptr,
         BLOCK_SIZE: tl.constexpr,
         TILE: tl.constexpr,
-        SPLITS: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
         row = tl.load(rows_ptr + b).to(tl.int64)
@@ -73,7 +72,10 @@ if HAS_TRITON:
         if tl.program_id(1) == 0:
             tl.store(seq_lens_ptr + b, start + q1 - q0)
         n_tiles = tl.cdiv(q1 - q0, TILE)
-        for i in range(tl.program_id(1), n_tiles, SPLITS):
+        # The programs along axis 1 share the row's tiles. Their count is the grid's, not a
+        # constexpr: it follows each step's longest chunk, and a constexpr would compile a
+        # new variant (tens of ms, mid-run) for every count the warm-up did not meet.
+        for i in range(tl.program_id(1), n_tiles, tl.num_programs(1)):
             t = q0 + i * TILE + tl.arange(0, TILE)
             m = t < q1
             pos = start + (t - q0)
@@ -129,5 +131,4 @@ def prepare_inputs(
         input_ids, positions, slot_mapping, seq_lens,
         BLOCK_SIZE=block_size,
         TILE=tile,
-        SPLITS=splits,
     )  # fmt: skip

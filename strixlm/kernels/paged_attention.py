@@ -295,6 +295,19 @@ if HAS_TRITON:
             acc = tl.dot(p.to(q.dtype), v.to(q.dtype), acc)
         return acc, m_new, l_i
 
+    @triton.jit
+    def store_segment_partial(
+        segm_acc_ptr, segm_max_ptr, segm_sum_ptr, row, row_ok, acc_ok, acc, m_i, l_i, offs_d,
+        DIM_P: tl.constexpr,
+    ):  # fmt: skip
+        # One segment's partial rows for _merge_segments_kernel: running max and sum
+        # [T, Hq, NUM_SEGS] and the unnormalized output [T, Hq, NUM_SEGS, DIM_P] (row indexes
+        # the first two layouts).
+        tl.store(segm_max_ptr + row, m_i, mask=row_ok)
+        tl.store(segm_sum_ptr + row, l_i, mask=row_ok)
+        acc_ptrs = segm_acc_ptr + row[:, None] * DIM_P + offs_d[None, :]
+        tl.store(acc_ptrs, acc, mask=row_ok[:, None] & acc_ok)
+
     # num_seqs changes every step: specializing on its value (== 1, divisible by 16) would
     # compile new variants in the middle of a run.
     @triton.jit(do_not_specialize=["num_seqs"])
@@ -410,16 +423,12 @@ if HAS_TRITON:
                 HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, True, IEEE, K_ROWS, FP8_PAIRS,
             )  # fmt: skip
 
-        if SPLIT:
-            # Partials: [T, Hq, NUM_SEGS(, DIM_P)]; an empty segment leaves max = -inf.
+        if SPLIT:  # an empty segment leaves max = -inf (its acc is never read)
             row = (tok * NUM_Q_HEADS + head) * NUM_SEGS + seg
-            tl.store(segm_max_ptr + row, m_i, mask=row_ok)
-            tl.store(segm_sum_ptr + row, l_i, mask=row_ok)
-            tl.store(
-                segm_acc_ptr + row[:, None] * DIM_P + offs_d[None, :],
-                acc,
-                mask=row_ok[:, None] & (hi > lo),
-            )
+            store_segment_partial(
+                segm_acc_ptr, segm_max_ptr, segm_sum_ptr, row, row_ok, hi > lo, acc, m_i, l_i,
+                offs_d, DIM_P,
+            )  # fmt: skip
         else:
             acc = acc * (out_scale / l_i)[:, None]
             tl.store(

@@ -42,7 +42,11 @@ if HAS_TRITON:
     import triton
     import triton.language as tl
 
-    from strixlm.kernels.paged_attention import _attn_step, _fp8_compute_dtype
+    from strixlm.kernels.paged_attention import (
+        _attn_step,
+        _fp8_compute_dtype,
+        store_segment_partial,
+    )
 
 # Programs per SM: four 2-warp programs fill an SM at tile 64 (registers); five or six
 # spill into a second wave. H200, sweep_decode_attn.py --persistent (2026-12-01): 4/SM beat
@@ -205,13 +209,10 @@ if HAS_TRITON:
                 if NUM_SEGS > 1:  # a partial row for the merge, in the unified layout
                     seg = tl.sum(tl.where(sel, segs, 0), axis=0)
                     row = (tok * NUM_Q_HEADS + head) * NUM_SEGS + seg
-                    tl.store(segm_max_ptr + row, m_i, mask=row_ok)
-                    tl.store(segm_sum_ptr + row, l_i, mask=row_ok)
-                    tl.store(
-                        segm_acc_ptr + row[:, None] * DIM_P + offs_d[None, :],
-                        acc,
-                        mask=row_ok[:, None],
-                    )
+                    store_segment_partial(
+                        segm_acc_ptr, segm_max_ptr, segm_sum_ptr, row, row_ok, True, acc, m_i,
+                        l_i, offs_d, DIM_P,
+                    )  # fmt: skip
                 else:
                     res = acc * (out_scale / l_i)[:, None]
                     tl.store(
