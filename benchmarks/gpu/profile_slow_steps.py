@@ -70,6 +70,7 @@ def main() -> int:
                 st = pstats.Stats(prof, stream=buf).sort_stats("cumulative")
                 st.print_stats("strixlm", args.top)  # our frames: which call led there
                 st.print_stats(args.top)
+                st.print_callers("compiler.py.*\\(compile\\)|jit.py.*\\(run\\)")  # who compiled
                 n_new = len(sched.new_reqs)
                 reports.append((ms, sched.total_num_scheduled_tokens, n_new, buf.getvalue()))
 
