@@ -150,13 +150,12 @@ def select_config(
             num_seqs, num_kv_heads, max_query_len, max_seq_len, cfg.tile, sms
         )
         persistent = segs >= 1 and DECODE_SPLITS <= 0
-        num_splits = (
-            segs
-            if persistent
-            else choose_num_splits(
+        if persistent:
+            num_splits = segs
+        else:
+            num_splits = choose_num_splits(
                 num_seqs, num_kv_heads, max_query_len, max_seq_len, cfg.tile, sms
             )
-        )
     else:
         persistent = num_splits <= 1 and use_persistent(num_seqs, num_kv_heads, max_query_len, sms)
     return AttnConfig(

@@ -17,9 +17,10 @@ Sequences are dealt to programs in a snake over the longest-first order (ranks p
 sequences than ~1.25 per program) split each sequence into NUM_SEGS segments of tiles and
 deal the (sequence, segment) items instead; each segment writes a partial row (unnormalized
 output, running max and sum) that paged_attention's merge kernel combines, as the unified
-kernel's split path does. Decode only: each sequence
-has 0 (graph padding, skipped) or 1 query token. The grid and MAX_ITEMS depend only on host
-ints, so the launch is CUDA-graph safe with padded batches.
+kernel's split path does.
+
+Decode only: each sequence has 0 (graph padding, skipped) or 1 query token. The grid and
+MAX_ITEMS depend only on host ints, so the launch is CUDA-graph safe with padded batches.
 """
 
 from __future__ import annotations
