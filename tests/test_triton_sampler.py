@@ -420,3 +420,36 @@ def test_topp_rejection_is_the_default(monkeypatch) -> None:
     monkeypatch.setenv("STRIXLM_SAMPLER_TOPP_REJECTION", "0")
     ts(logits, md)
     assert not torch.isnan(ts.last_thresholds).any()  # the radix passes set every cutoff
+
+
+def test_launch_constexprs_do_not_follow_the_row_count(monkeypatch) -> None:
+    """The chunk count S follows the batch's row count; no compile-time argument may follow
+    it, or each new count compiles (or loads, synchronizing the device) a kernel mid-run."""
+    seen: dict[str, set] = {}
+
+    class Recorder:
+        def __init__(self, name, kernel):
+            self.name, self.kernel = name, kernel
+
+        def __getitem__(self, grid):
+            launch = self.kernel[grid]
+
+            def run(*args, **kw):
+                consts = {k: v for k, v in kw.items() if k.isupper()}
+                seen.setdefault(self.name, set()).add(tuple(sorted(consts.items())))
+                return launch(*args, **kw)
+
+            return run
+
+    for mod, name in ((kern, "argmax_finalize_kernel"), (kern, "logprobs_finalize_kernel"),
+                      (ktp, "topp_check_kernel")):  # fmt: skip
+        monkeypatch.setattr(mod, name, Recorder(name, getattr(mod, name)))
+    for rows, splits in ((3, 2), (5, 7)):
+        logits = torch.randn(rows, 700)
+        md = SamplingMetadata.build(
+            [SamplingRow(top_p=0.8, seed=i, num_logprobs=2) for i in range(rows)], "cpu", 700
+        )
+        TritonSampler(num_splits=splits, block=16, topp_rejection=True)(logits, md)
+    assert set(seen) == {"argmax_finalize_kernel", "logprobs_finalize_kernel", "topp_check_kernel"}
+    for name, variants in seen.items():
+        assert len(variants) == 1, (name, variants)

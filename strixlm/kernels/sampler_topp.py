@@ -171,7 +171,7 @@ def topp_check_kernel(
                     tl.store(cand_s_ptr + row, s_c)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["S"])  # S follows the row count: no variant per value
 def topp_settle_kernel(state_ptr, temp_ptr, topp_ptr, cand_ptr, zpart_ptr, mpart_ptr, S,
                        RS: tl.constexpr):  # fmt: skip
     """After the last round: accepted rows store their token."""

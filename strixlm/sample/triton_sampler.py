@@ -84,6 +84,12 @@ def _pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
+# Lanes of the per-row reductions over the S chunk partials. A constant, not pow2(S): S
+# follows the step's row count, and every new value compiled (or loaded, which synchronizes
+# the device) a kernel variant in the middle of a run: 28 ms host stalls on the H200.
+SP = _pow2(MAX_SPLITS)
+
+
 _SM_COUNT: dict[int, int] = {}
 
 
@@ -319,7 +325,7 @@ def sample_tokens(
         **launch,
     )
     tokens = torch.empty(num_rows, dtype=torch.int64, device=dev)
-    kern.argmax_finalize_kernel[(num_rows,)](out_val, out_idx, tokens, s, SP=_pow2(s))
+    kern.argmax_finalize_kernel[(num_rows,)](out_val, out_idx, tokens, s, SP=SP)
     return tokens, thr
 
 
@@ -348,7 +354,7 @@ def _topp_rejection_rounds(row_args, lmp, md, scratch, state, s, chunk, has_topk
         )  # fmt: skip
         ktp.topp_check_kernel[grid](
             *rows6, lmp, *pens, part_max, hist, tks, state, cand, cand_s, mpart, cval, cidx,
-            num_rows, vocab, s, chunk, HAS_TOPK=has_topk, SP=_pow2(s), **flags, **launch,
+            num_rows, vocab, s, chunk, HAS_TOPK=has_topk, SP=SP, **flags, **launch,
         )  # fmt: skip
     ktp.topp_settle_kernel[(num_rows,)](
         state, md.temperature, md.top_p, cand, zpart, mpart, s, RS=RS
@@ -408,7 +414,7 @@ def _triton_token_logprobs(
         k,
         TOP=k > 0,
         KP=kp,
-        SP=_pow2(s),
+        SP=SP,
         num_warps=4,
     )
     return out_lp, rank, top_ids, top_lp
