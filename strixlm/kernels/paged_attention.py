@@ -295,6 +295,29 @@ if HAS_TRITON:
         return acc, m_new, l_i
 
     @triton.jit
+    def load_q_rows(q_ptr, tok_col, head, stride_qt, stride_qh, offs_d, io_mask, k_cache_ptr):
+        # The program's q rows [BLOCK_M, DIM_P] in the dtype its dots use; tok_col is the
+        # token per row ([BLOCK_M, 1]) or one token for all rows (a scalar).
+        q = tl.load(
+            q_ptr + tok_col * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
+            mask=io_mask,
+            other=0.0,
+        )
+        return _fp8_compute_dtype(q, k_cache_ptr)
+
+    @triton.jit
+    def store_out_rows(
+        out_ptr, tok_col, head, stride_ot, stride_oh, offs_d, acc, l_i, out_scale, io_mask
+    ):
+        # The normalized output rows (tok_col as in load_q_rows), in out's dtype.
+        res = acc * (out_scale / l_i)[:, None]
+        tl.store(
+            out_ptr + tok_col * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
+            res.to(out_ptr.dtype.element_ty),
+            mask=io_mask,
+        )
+
+    @triton.jit
     def store_segment_partial(
         segm_acc_ptr, segm_max_ptr, segm_sum_ptr, row, row_ok, acc_ok, acc, m_i, l_i, offs_d,
         DIM_P: tl.constexpr,
@@ -385,12 +408,8 @@ if HAS_TRITON:
         tok = (q_start + q_pos).to(tl.int64)
         d_ok = offs_d < HEAD_DIM
         io_mask = row_ok[:, None] & d_ok[None, :]
-        q = tl.load(
-            q_ptr + tok[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
-            mask=io_mask,
-            other=0.0,
-        )
-        q = _fp8_compute_dtype(q, k_cache_ptr)
+        q = load_q_rows(q_ptr, tok[:, None], head, stride_qt, stride_qh, offs_d, io_mask,
+                        k_cache_ptr)  # fmt: skip
 
         # Keys this tile of queries may see, and the prefix every one of its rows sees.
         kv_end = tl.minimum(seq_len, ctx_len + (local + 1) * BLOCK_Q)
@@ -429,12 +448,8 @@ if HAS_TRITON:
                 offs_d, DIM_P,
             )  # fmt: skip
         else:
-            acc = acc * (out_scale / l_i)[:, None]
-            tl.store(
-                out_ptr + tok[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
-                acc.to(out_ptr.dtype.element_ty),
-                mask=io_mask,
-            )
+            store_out_rows(out_ptr, tok[:, None], head, stride_ot, stride_oh, offs_d, acc, l_i,
+                           out_scale, io_mask)  # fmt: skip
 
     @triton.jit
     def _merge_segments_kernel(

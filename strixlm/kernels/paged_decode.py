@@ -45,7 +45,8 @@ if HAS_TRITON:
 
     from strixlm.kernels.paged_attention import (
         _attn_step,
-        _fp8_compute_dtype,
+        load_q_rows,
+        store_out_rows,
         store_segment_partial,
     )
 
@@ -193,12 +194,7 @@ if HAS_TRITON:
             j = t - tl.sum(tl.where(sel, firsts - los, 0), axis=0)
             last = t == tl.sum(tl.where(sel, ends, 0), axis=0) - 1
             tok = tl.sum(tl.where(sel, q_lo, 0), axis=0).to(tl.int64)
-            q = tl.load(
-                q_ptr + tok * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
-                mask=io_mask,
-                other=0.0,
-            )
-            q = _fp8_compute_dtype(q, k_cache_ptr)
+            q = load_q_rows(q_ptr, tok, head, stride_qt, stride_qh, offs_d, io_mask, k_cache_ptr)
             q_abs = tl.zeros([BLOCK_M], dtype=tl.int32) + (seq_len - 1)
             bt_row_ptr = block_table_ptr + seq.to(tl.int64) * stride_bt
             acc, m_i, l_i = _attn_step(
@@ -215,12 +211,8 @@ if HAS_TRITON:
                         l_i, offs_d, DIM_P,
                     )  # fmt: skip
                 else:
-                    res = acc * (out_scale / l_i)[:, None]
-                    tl.store(
-                        out_ptr + tok * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
-                        res.to(out_ptr.dtype.element_ty),
-                        mask=io_mask,
-                    )
+                    store_out_rows(out_ptr, tok, head, stride_ot, stride_oh, offs_d, acc, l_i,
+                                   out_scale, io_mask)  # fmt: skip
             acc = tl.where(last, 0.0, acc)
             m_i = tl.where(last, float("-inf"), m_i)
             l_i = tl.where(last, 0.0, l_i)

@@ -357,6 +357,13 @@ def gumbel_tile_best(s, live, key, offs, t, best_v, best_i, PRECISE: tl.constexp
     smax = tl.max(tl.where(live, s, float("-inf")), 0)
     if (smax > float("-inf")) & (smax + GUMBEL_MAX > best_v):
         y = tl.where(live, s + _gumbel(key, offs, PRECISE), float("-inf"))
+    return fold_tile_best(y, t, best_v, best_i)
+
+
+@triton.jit
+def fold_tile_best(y, t, best_v, best_i):
+    """Fold tile y (values of tokens t, t + 1, ...) into the running (best value, index);
+    strict, so the first index wins ties, as in torch.argmax."""
     tv = tl.max(y, 0)
     ti = tl.argmax(y, 0) + t
     better = tv > best_v
@@ -441,11 +448,7 @@ def sample_kernel(
             s = _values(X, xs, ST, row, offs, ok, V, T, rep, freq, pres, HAS_STATS, HAS_PEN)
             if greedy:
                 y = tl.where(ok, s, float("-inf"))
-                tv = tl.max(y, 0)
-                ti = tl.argmax(y, 0) + t
-                better = tv > best_v  # strict: the first index wins ties, as in torch.argmax
-                best_v = tl.where(better, tv, best_v)
-                best_i = tl.where(better, ti, best_i)
+                best_v, best_i = fold_tile_best(y, t, best_v, best_i)
             else:
                 best_v, best_i = gumbel_tile_best(
                     s, ok & (s >= thr), key, offs, t, best_v, best_i, PRECISE, BLOCK
