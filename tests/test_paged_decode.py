@@ -9,6 +9,7 @@ it only for one-query decode batches big enough to give each program ~2 sequence
 
 from __future__ import annotations
 
+import copy
 import os
 
 os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
@@ -24,6 +25,7 @@ from test_triton_attention import Batch, rel_err  # noqa: E402
 from strixlm.kernels import kv_write as kvw  # noqa: E402
 from strixlm.kernels import paged_attention as pa  # noqa: E402
 from strixlm.kernels import paged_decode as pdk  # noqa: E402
+from strixlm.kernels.qk_norm_rope import QKNormRopeWrite  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -34,6 +36,13 @@ UNIFIED = pa.AttnConfig(16, 16, 4, 2)
 
 def _args(b: Batch):
     return (b.q, b.kv_cache, b.md.query_start_loc, b.md.seq_lens, b.block_table, 0.2)
+
+
+def _with(b: Batch, **fields) -> Batch:
+    """A shallow copy of b with some fields replaced."""
+    c = copy.copy(b)
+    c.__dict__.update(fields)
+    return c
 
 
 def _persistent(b: Batch, n_prog: int, seq_order=None, **kw):
@@ -173,6 +182,126 @@ def test_fp8_cache_with_16_bit_queries():
         assert rel < 3e-3, (rel, mx)
 
 
+def _qk_batch(cache_dtype=None, dtype=torch.float32, seed=11):
+    """A decode batch whose q/k/v are raw projections (views of one qkv buffer, as the
+    model's), with Qwen3-style norm weights, rotary tables and each token's slot."""
+    from strixlm.layers.rotary import RotaryEmbedding
+
+    hq, hkv, d = 4, 2, 32
+    b = Batch(ROWS, hq, hkv, d, 4, dtype, cache_dtype=cache_dtype, seed=seed, pad_tokens=2,
+              pad_seqs=2)  # fmt: skip
+    g = torch.Generator().manual_seed(seed)
+    qkv = (torch.randn(b.num_tokens, (hq + 2 * hkv) * d, generator=g) * 2).to(dtype)
+
+    def views(qkv):
+        q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
+        return q.view(-1, hq, d), k.view(-1, hkv, d), v.view(-1, hkv, d)
+
+    positions = torch.tensor([c for c, _ in ROWS] + [0, 0], dtype=torch.int64)
+    rot = RotaryEmbedding(d, 128, 1e6)
+    qw, kw = ((1 + 0.3 * torch.randn(d, generator=g)).to(dtype) for _ in range(2))
+    scales = (0.03, 0.05) if cache_dtype == kvw.FP8_DTYPE else (1.0, 1.0)
+
+    def prologue(k, v):
+        return QKNormRopeWrite(k, v, positions, qw, kw, 1e-6, rot.cos, rot.sin, b.slots,
+                               *scales)  # fmt: skip
+
+    return b, qkv, views, prologue, scales
+
+
+@pytest.mark.parametrize("cache_dtype", [None, kvw.FP8_DTYPE])
+@pytest.mark.parametrize("n_prog", [1, 3, 5])
+def test_fused_qk_prologue_equals_separate_launch(cache_dtype, n_prog):
+    """The persistent kernel's q/k norm + rotary + K/V write: the same q, k, cache bytes and
+    output, bit for bit, as qk_norm_rope_inplace's launch followed by the plain kernel."""
+    b, qkv, views, prologue, scales = _qk_batch(cache_dtype)
+    kw = dict(k_scale=scales[0], v_scale=scales[1])
+    qkv2 = qkv.clone()
+    q, k, v = views(qkv)
+    q2, k2, v2 = views(qkv2)
+    cache2 = b.kv_cache.clone()
+    prologue(k2, v2).run(q2, cache2)
+    b2 = _with(b, q=q2, kv_cache=cache2)
+    want = _persistent(b2, n_prog, **kw)
+    b1 = _with(b, q=q, kv_cache=b.kv_cache)
+    got = _persistent(b1, n_prog, qk=prologue(k, v), **kw)
+    raw = torch.uint8 if cache_dtype == kvw.FP8_DTYPE else torch.int32
+    assert torch.equal(b.kv_cache.view(raw), cache2.view(raw))
+    assert torch.equal(qkv[: b.t], qkv2[: b.t])
+    assert torch.equal(got[: b.t], want[: b.t])
+
+
+def test_qk_prologue_dispatch(monkeypatch):
+    """paged_attention fuses the prologue only into an unsplit persistent grid; a split or
+    unified grid (or STRIXLM_ATTN_FUSE_QK=0) gets the separate launch first, and all give
+    the same output."""
+    from strixlm.kernels import qk_norm_rope as qknr
+
+    launches = []
+    real = qknr.qk_norm_rope_inplace
+    monkeypatch.setattr(qknr, "qk_norm_rope_inplace",
+                        lambda *a, **kw: launches.append(1) or real(*a, **kw))  # fmt: skip
+    outs = []
+    for cfg, fused in (
+        (pa.AttnConfig(16, 16, 4, 2, persistent=True), True),
+        (pa.AttnConfig(16, 16, 4, 2, 2, persistent=True), False),
+        (UNIFIED, False),
+        (None, False),  # fusion switched off below
+    ):
+        if cfg is None:
+            monkeypatch.setattr(pa, "FUSED_QK_ENABLED", False)
+            cfg = pa.AttnConfig(16, 16, 4, 2, persistent=True)
+        b, qkv, views, prologue, _ = _qk_batch()
+        q, k, v = views(qkv)
+        launches.clear()
+        b1 = _with(b, q=q, kv_cache=b.kv_cache)
+        outs.append(pa.paged_attention(*_args(b1), max_query_len=1, max_seq_len=72,
+                                       config=cfg, qk_prologue=prologue(k, v)))  # fmt: skip
+        assert len(launches) == (0 if fused else 1), cfg
+    for out in outs[1:]:
+        assert rel_err(out[: b.t], outs[0][: b.t])[0] < 1e-5
+
+
+def test_qwen3_attention_fuses_its_prologue(monkeypatch):
+    """Qwen3Attention on the Triton path (forced, as on CUDA) hands its q/k norm + rotary +
+    K/V write to the persistent decode kernel: no separate launch, and the same output and
+    cache as with fusion off."""
+    from types import SimpleNamespace
+
+    from strixlm.kernels import qk_norm_rope as qknr
+    from strixlm.layers.attention.triton_paged import TritonPagedAttention
+    from strixlm.layers.rotary import RotaryEmbedding
+    from strixlm.models import llama
+    from strixlm.models.qwen3 import Qwen3Attention
+
+    cfg = SimpleNamespace(num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                          hidden_size=64, rms_norm_eps=1e-6)  # fmt: skip
+    torch.manual_seed(0)
+    attn = Qwen3Attention(cfg, TritonPagedAttention, False, RotaryEmbedding(32, 128, 1e6))
+    for p in attn.parameters():
+        p.data.normal_(0, 0.3 if p.dim() > 1 else 1.0).add_(1.0 if p.dim() == 1 else 0.0)
+    b = Batch(ROWS, 4, 2, 32, 4, torch.float32, seed=12, pad_tokens=2, pad_seqs=2)
+    x = torch.randn(b.num_tokens, 64)
+    positions = torch.tensor([c for c, _ in ROWS] + [0, 0], dtype=torch.int64)
+    monkeypatch.setattr(llama, "use_triton", lambda t: True)
+    monkeypatch.setattr(pa, "num_sms", lambda dev: 2)  # 4 programs per kv head: persistent
+    launches = []
+    real = qknr.qk_norm_rope_inplace
+    monkeypatch.setattr(qknr, "qk_norm_rope_inplace",
+                        lambda *a, **kw: launches.append(1) or real(*a, **kw))  # fmt: skip
+    results = []
+    for fused in (True, False):
+        monkeypatch.setattr(pa, "FUSED_QK_ENABLED", fused)
+        attn.kv_cache = b.kv_cache.clone()
+        launches.clear()
+        with torch.no_grad():
+            out = attn(positions, x, b.md)
+        assert len(launches) == (0 if fused else 1)
+        results.append((out[: b.t], attn.kv_cache))
+    assert torch.equal(results[0][0], results[1][0])
+    assert torch.equal(results[0][1], results[1][1])
+
+
 AOT_SCRIPT = r"""
 from strixlm.kernels import paged_decode as pdk
 
@@ -183,9 +312,19 @@ for cache_dt in ("bf16", "fp8e4nv"):
                segm_sum_ptr="*fp32", qk_scale="fp32", out_scale="fp32", num_seqs="i32")
     for n in ("qt", "qh", "ot", "oh", "cb", "cs", "ch", "bt"):
         sig["stride_" + n] = "i32"
+    sig.update(k_ptr="*bf16", v_ptr="*bf16", pos_ptr="*i64", slot_ptr="*i64", qw_ptr="*bf16",
+               kw_ptr="*bf16", cos_ptr="*fp32", sin_ptr="*fp32")
+    for n in ("stride_kt", "stride_kh", "stride_vt", "stride_vh", "pos_stride", "cos_stride",
+              "sin_stride"):
+        sig[n] = "i32"
+    sig.update(qk_eps="fp32", k_scale="fp32", v_scale="fp32")
+    # The bf16 cache compiles the split grid without the q/k prologue, fp8 the unsplit
+    # grid with it (the prologue's fp8 cache write included).
+    fp8 = cache_dt == "fp8e4nv"
     consts = dict(NUM_Q_HEADS=16, G=2, HEAD_DIM=128, DIM_P=128, BLOCK_SIZE=16, TILE=64,
-                  BLOCK_M=16, MAX_ITEMS=8, NUM_SEGS=4 if cache_dt == "bf16" else 1,
-                  IEEE=False, K_ROWS=False, HAS_ORDER=True, FP8_PAIRS=cache_dt == "fp8e4nv")
+                  BLOCK_M=16, MAX_ITEMS=8, NUM_SEGS=1 if fp8 else 4,
+                  IEEE=False, K_ROWS=False, HAS_ORDER=True, FP8_PAIRS=fp8, FUSE_QK=fp8,
+                  BLOCK_G=2, HALF=64, FP8=fp8)
     names = list(sig) + list(consts)
     div16 = [n for n in sig if n.endswith("_ptr") or (n.startswith("stride") and n != "stride_bt")]
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in div16}

@@ -25,6 +25,9 @@
 #   e2e     greedy tokens vs HF on CUDA (check_e2e.py) only
 #   gcab    the workload with the start-up heap frozen during generate (STRIXLM_GC_FREEZE=1,
 #           the default) / not, alternating, each traced: host-bound steps and GC pauses
+#   fusedqk the q/k norm + rotary + K/V write inside the persistent decode kernel: kernel A/B
+#           and equality (bench_fused_qk), greedy tokens vs HF with the persistent grid
+#           forced at every batch, then the workload with STRIXLM_ATTN_FUSE_QK=1 / 0
 #   slowsteps  cProfile of the workload's slowest host steps (profile_slow_steps.py)
 #   tilecost  partly filled last KV tiles vs full ones (sweep_decode_attn --tile-cost)
 #   serve   the online benchmark only (500 x 512/128, burst)
@@ -89,6 +92,16 @@ if has gcab; then
     python benchmarks/gpu/summarize_trace.py /tmp/trace_${v%%:*}.csv | tail -11
   done
   grep "strixlm  " "$OUT"/tp_gc_*.log
+fi
+if has fusedqk; then  # q/k norm + rotary + K/V write inside the persistent decode kernel
+  run fusedqk_bench 200 python benchmarks/gpu/bench_fused_qk.py --json "$OUT/fused_qk.json"
+  # Persistent grid at every decode batch, so the tiny Qwen3 takes the fused path vs HF.
+  STRIXLM_ATTN_PERSISTENT_MIN=0 run e2e_fused 240 python benchmarks/gpu/check_e2e.py
+  run tp_warm 100 $TP --model qwen3-0.6b
+  for v in on1:1 off1:0 on2:1 off2:0; do
+    STRIXLM_ATTN_FUSE_QK=${v#*:} run tp_fuse_${v%%:*} 100 $TP --model qwen3-0.6b
+  done
+  grep "strixlm  " "$OUT"/tp_fuse_*.log
 fi
 if has slowsteps; then
   run slowsteps 150 python benchmarks/gpu/profile_slow_steps.py

@@ -28,10 +28,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from strixlm.kernels.kv_write import FP8_DTYPE, HAS_TRITON
+
+if TYPE_CHECKING:
+    from strixlm.kernels.qk_norm_rope import QKNormRopeWrite
 
 if HAS_TRITON:
     import triton
@@ -52,6 +56,9 @@ DECODE_WARPS = int(os.environ.get("STRIXLM_ATTN_DECODE_WARPS", "2"))
 DEFAULT_K_ROWS = os.environ.get("STRIXLM_ATTN_K_ROWS", "0") == "1"
 # KV segments forced on decode-like batches (0 = the heuristic); for A/B runs.
 DECODE_SPLITS = int(os.environ.get("STRIXLM_ATTN_DECODE_SPLITS", "0"))
+# The q/k norm + rotary + K/V write inside the persistent decode kernel when a caller
+# offers it (qk_prologue); STRIXLM_ATTN_FUSE_QK=0 keeps the separate launch, for A/B runs.
+FUSED_QK_ENABLED = os.environ.get("STRIXLM_ATTN_FUSE_QK", "1") != "0"
 # fp8 caches read as byte pairs (see fp8_pairs); opt-in until it has run on a GPU.
 FP8_PAIRS_ENABLED = os.environ.get("STRIXLM_ATTN_FP8_PAIRS", "0") == "1"
 
@@ -508,6 +515,7 @@ def paged_attention(
     num_splits: int | None = None,
     config: AttnConfig | None = None,
     seq_order: torch.Tensor | None = None,
+    qk_prologue: QKNormRopeWrite | None = None,
 ) -> torch.Tensor:
     """Causal attention of q [T, Hq, D] over the paged cache; returns out [T, Hq, D].
 
@@ -518,6 +526,9 @@ def paged_attention(
     For an fp8 cache, k_scale / v_scale dequantize it (folded into the softmax / output).
     seq_order [B] (a permutation of the sequences, longest first) only orders the programs
     of the one-program-per-sequence grid; results do not depend on it.
+    qk_prologue: q and the step's K/V are raw projections still to be normed, rotated and
+    written to the cache: inside the persistent decode kernel when it runs unsplit (one
+    launch fewer), else by the separate q/k norm + rotary launch first.
     """
     t, hq, d = q.shape
     _, _, bs, hkv, dc = kv_cache.shape
@@ -539,7 +550,17 @@ def paged_attention(
     seq_grid = max_query_len <= block_q
     n_q_blocks = num_seqs if seq_grid else t // block_q + num_seqs
     split = cfg.num_splits > 1
-    if cfg.persistent and seq_grid and max_query_len == 1:
+    persistent = cfg.persistent and seq_grid and max_query_len == 1
+    fuse_qk = (
+        qk_prologue is not None
+        and persistent
+        and cfg.num_splits == 1
+        and FUSED_QK_ENABLED
+        and qk_prologue.fusable(q, kv_cache)
+    )
+    if qk_prologue is not None and not fuse_qk:
+        qk_prologue.run(q, kv_cache)
+    if persistent:
         from strixlm.kernels.paged_decode import paged_decode_persistent
 
         return paged_decode_persistent(
@@ -547,6 +568,7 @@ def paged_attention(
             block_m=cfg.block_m, tile=cfg.tile, num_warps=cfg.num_warps,
             num_stages=cfg.num_stages, k_rows=cfg.k_rows, sms=num_sms(q.device),
             k_scale=k_scale, v_scale=v_scale, seq_order=seq_order, num_segs=cfg.num_splits,
+            qk=qk_prologue if fuse_qk else None,
         )  # fmt: skip
     if kv_cache.dtype != FP8_DTYPE:
         k_scale = v_scale = 1.0

@@ -38,6 +38,7 @@ from strixlm.kernels.paged_attention import (
     merge_segments,
     segment_buffers,
 )
+from strixlm.kernels.qk_norm_rope import QKNormRopeWrite
 
 if HAS_TRITON:
     import triton
@@ -49,6 +50,7 @@ if HAS_TRITON:
         store_out_rows,
         store_segment_partial,
     )
+    from strixlm.kernels.qk_norm_rope import norm_rope_decode_items
 
 # Programs per SM: four 2-warp programs fill an SM at tile 64 (registers); five or six
 # spill into a second wave. H200, sweep_decode_attn.py --persistent (2026-12-01): 4/SM beat
@@ -127,6 +129,25 @@ if HAS_TRITON:
         stride_cs,
         stride_ch,
         stride_bt,
+        # The fused q/k norm + rotary + K/V write (FUSE_QK): see qk_norm_rope.QKNormRopeWrite.
+        k_ptr,
+        v_ptr,
+        pos_ptr,
+        slot_ptr,
+        qw_ptr,
+        kw_ptr,
+        cos_ptr,
+        sin_ptr,
+        stride_kt,
+        stride_kh,
+        stride_vt,
+        stride_vh,
+        pos_stride,
+        cos_stride,
+        sin_stride,
+        qk_eps,
+        k_scale,
+        v_scale,
         NUM_Q_HEADS: tl.constexpr,
         G: tl.constexpr,
         HEAD_DIM: tl.constexpr,
@@ -140,6 +161,10 @@ if HAS_TRITON:
         K_ROWS: tl.constexpr,
         HAS_ORDER: tl.constexpr,
         FP8_PAIRS: tl.constexpr,
+        FUSE_QK: tl.constexpr,
+        BLOCK_G: tl.constexpr,
+        HALF: tl.constexpr,
+        FP8: tl.constexpr,
     ):
         p = tl.program_id(0)
         n_prog = tl.num_programs(0)
@@ -182,6 +207,18 @@ if HAS_TRITON:
             empty = (live & (tiles == 0))[:, None] & row_ok[None, :]
             tl.store(segm_max_ptr + rows, float("-inf"), mask=empty)
             tl.store(segm_sum_ptr + rows, 0.0, mask=empty)
+        if FUSE_QK:
+            # This program owns its sequences' q heads of this kv head and their new K/V
+            # (NUM_SEGS is 1): prepare them before any tile is read, then a barrier so
+            # every thread of the program sees the stores (the tile loop reads them back).
+            norm_rope_decode_items(
+                q_ptr, k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, pos_ptr, slot_ptr, qw_ptr,
+                kw_ptr, cos_ptr, sin_ptr, q_lo.to(tl.int64), live, kv_head, stride_qt,
+                stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, pos_stride, cos_stride,
+                sin_stride, qk_eps, k_scale, v_scale, stride_cb, stride_cs, stride_ch,
+                G, BLOCK_G, HALF, BLOCK_SIZE, FP8,
+            )  # fmt: skip
+            tl.debug_barrier()
         head_off = kv_head * stride_ch
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -238,11 +275,15 @@ def paged_decode_persistent(
     seq_order: torch.Tensor | None = None,
     num_programs: int | None = None,
     num_segs: int = 1,
+    qk: QKNormRopeWrite | None = None,
 ) -> torch.Tensor:
     """Decode attention (each sequence 0 or 1 query tokens) with the persistent grid; the
     arguments are paged_attention's. num_segs > 1 splits every sequence into that many
     segments, merged by paged_attention's merge kernel. Rows of graph-padding sequences
-    are not written without a split (the merge writes them, from unset partials)."""
+    are not written without a split (the merge writes them, from unset partials).
+
+    qk (unsplit grids only): q and the step's k/v are raw projections; the kernel runs
+    the q/k norm + rotary on them (q and k in place) and writes K/V to the cache first."""
     _, hq, d = q.shape
     _, _, bs, hkv, _ = kv_cache.shape
     num_seqs = seq_lens.shape[0]
@@ -259,6 +300,11 @@ def paged_decode_persistent(
         segm = segment_buffers(q.shape[0], hq, num_segs, dim_p, q.device)
     else:
         segm = (out, out, out)  # never touched; any pointer will do
+    if qk is not None:
+        assert num_segs == 1 and qk.fusable(q, kv_cache), "q/k prologue needs an unsplit grid"
+        fuse = qk.kernel_args(kc)
+    else:  # never read without FUSE_QK
+        fuse = (q, q, seq_lens, seq_lens, q, q, q, q) + (0,) * 7 + (0.0, 1.0, 1.0)
     _paged_decode_persistent_kernel[(n_prog, hkv)](
         out,
         q,
@@ -273,6 +319,7 @@ def paged_decode_persistent(
         float(v_scale),
         num_seqs,
         *launch_strides(q, out, kc, block_table),
+        *fuse,
         NUM_Q_HEADS=hq,
         G=g,
         HEAD_DIM=d,
@@ -286,6 +333,10 @@ def paged_decode_persistent(
         K_ROWS=k_rows,
         HAS_ORDER=seq_order is not None,
         FP8_PAIRS=fp8_pairs(q, kv_cache),
+        FUSE_QK=qk is not None,
+        BLOCK_G=max(2, _pow2(g)),
+        HALF=d // 2,
+        FP8=kv_cache.dtype == FP8_DTYPE,
         num_warps=num_warps,
         num_stages=num_stages,
     )

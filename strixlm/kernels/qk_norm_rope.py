@@ -10,6 +10,8 @@ then the rotation in fp32 with the fp32 cos/sin rows, rounded to the input dtype
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from strixlm.kernels.kv_write import FP8_DTYPE
@@ -53,6 +55,23 @@ def qk_norm_rope_ref(
 if HAS_TRITON:
 
     @triton.jit
+    def _norm_rotate(x1, x2, w1, w2, eps, cos, sin, half):
+        # Head rows split in their neox halves (last axis); returns the rotated halves in
+        # x1's dtype. RMSNorm over the whole head (both halves); masked lanes add zeros.
+        x1f = x1.to(tl.float32)
+        x2f = x2.to(tl.float32)
+        ss = tl.sum(x1f * x1f, axis=len(x1.shape) - 1, keep_dims=True)
+        ss += tl.sum(x2f * x2f, axis=len(x1.shape) - 1, keep_dims=True)
+        r = tl.rsqrt(ss / (2 * half) + eps)
+        # Rounded to the input dtype before and after the weight multiply, as the separate
+        # rmsnorm kernel does (it writes weight * xn in the input dtype, rotary reads it).
+        y1 = ((x1f * r).to(x1.dtype).to(tl.float32) * w1).to(x1.dtype).to(tl.float32)
+        y2 = ((x2f * r).to(x1.dtype).to(tl.float32) * w2).to(x1.dtype).to(tl.float32)
+        o1 = (y1 * cos - y2 * sin).to(x1.dtype)
+        o2 = (y2 * cos + y1 * sin).to(x1.dtype)
+        return o1, o2
+
+    @triton.jit
     def _norm_rotate_heads(
         base, heads, n_heads, head_stride, d, d_mask, half, w1, w2, eps, cos, sin
     ):
@@ -61,20 +80,64 @@ if HAS_TRITON:
         p1 = base + heads[:, None].to(tl.int64) * head_stride + d[None, :]
         x1 = tl.load(p1, mask=mask, other=0.0)
         x2 = tl.load(p1 + half, mask=mask, other=0.0)
-        x1f = x1.to(tl.float32)
-        x2f = x2.to(tl.float32)
-        # RMSNorm over the whole head (both halves); masked lanes add zeros.
-        var = (tl.sum(x1f * x1f, axis=1) + tl.sum(x2f * x2f, axis=1)) / (2 * half)
-        r = tl.rsqrt(var + eps)[:, None]
-        # Rounded to the input dtype before and after the weight multiply, as the separate
-        # rmsnorm kernel does (it writes weight * xn in the input dtype, rotary reads it).
-        y1 = ((x1f * r).to(x1.dtype).to(tl.float32) * w1).to(x1.dtype).to(tl.float32)
-        y2 = ((x2f * r).to(x1.dtype).to(tl.float32) * w2).to(x1.dtype).to(tl.float32)
-        o1 = (y1 * cos - y2 * sin).to(x1.dtype)
-        o2 = (y2 * cos + y1 * sin).to(x1.dtype)
+        o1, o2 = _norm_rotate(x1, x2, w1, w2, eps, cos, sin, half)
         tl.store(p1, o1, mask=mask)
         tl.store(p1 + half, o2, mask=mask)
         return o1, o2, mask
+
+    @triton.jit
+    def norm_rope_decode_items(
+        q_ptr, k_ptr, v_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, qw_ptr, kw_ptr, cos_ptr,
+        sin_ptr, toks, live, kv_head, q_s0, q_s1, k_s0, k_s1, v_s0, v_s1, pos_stride,
+        cos_stride, sin_stride, eps, k_scale, v_scale, stride_cb, stride_cs, stride_ch,
+        G: tl.constexpr, BLOCK_G: tl.constexpr, HALF: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+        FP8: tl.constexpr,
+    ):  # fmt: skip
+        # What _qk_norm_rope_kernel does for one kv head of a few decode tokens (toks [I],
+        # live [I]), all items at once so their loads overlap: its G q heads and its k head
+        # normed and rotated in place, k and v written to the token's cache slot. The decode
+        # attention kernel runs this before its tile loop (then needs a barrier).
+        d = tl.arange(0, HALF)
+        pos = tl.load(pos_ptr + toks * pos_stride, mask=live, other=0).to(tl.int64)
+        cs_row = pos[:, None] * cos_stride + d[None, :]
+        cos = tl.load(cos_ptr + cs_row, mask=live[:, None], other=0.0).to(tl.float32)
+        sin = tl.load(sin_ptr + pos[:, None] * sin_stride + d[None, :], mask=live[:, None],
+                      other=0.0).to(tl.float32)  # fmt: skip
+        # q: [I, BLOCK_G, HALF] per half.
+        g = tl.arange(0, BLOCK_G)
+        q_mask = live[:, None, None] & (g < G)[None, :, None] & (d < HALF)[None, None, :]
+        q_rows = toks[:, None, None] * q_s0 + (kv_head * G + g)[None, :, None].to(tl.int64) * q_s1
+        p1 = q_ptr + q_rows + d[None, None, :]
+        qw1 = tl.load(qw_ptr + d).to(tl.float32)
+        qw2 = tl.load(qw_ptr + HALF + d).to(tl.float32)
+        o1, o2 = _norm_rotate(
+            tl.load(p1, mask=q_mask, other=0.0), tl.load(p1 + HALF, mask=q_mask, other=0.0),
+            qw1[None, None, :], qw2[None, None, :], eps, cos[:, None, :], sin[:, None, :], HALF,
+        )  # fmt: skip
+        tl.store(p1, o1, mask=q_mask)
+        tl.store(p1 + HALF, o2, mask=q_mask)
+        # k (one head per item) and v, then both into the slot (-1: graph padding, no write).
+        slot = tl.load(slot_ptr + toks, mask=live, other=-1).to(tl.int64)
+        ok = (live & (slot >= 0))[:, None]
+        k1p = k_ptr + toks[:, None] * k_s0 + kv_head * k_s1 + d[None, :]
+        kw1 = tl.load(kw_ptr + d).to(tl.float32)
+        kw2 = tl.load(kw_ptr + HALF + d).to(tl.float32)
+        k1, k2 = _norm_rotate(
+            tl.load(k1p, mask=live[:, None], other=0.0),
+            tl.load(k1p + HALF, mask=live[:, None], other=0.0),
+            kw1[None, :], kw2[None, :], eps, cos, sin, HALF,
+        )  # fmt: skip
+        tl.store(k1p, k1, mask=live[:, None])
+        tl.store(k1p + HALF, k2, mask=live[:, None])
+        dst = ((slot // BLOCK_SIZE) * stride_cb + (slot % BLOCK_SIZE) * stride_cs)[:, None]
+        dst += kv_head * stride_ch + d[None, :]
+        ty = kc_ptr.dtype.element_ty
+        tl.store(kc_ptr + dst, cache_value(k1, k_scale, FP8).to(ty), mask=ok)
+        tl.store(kc_ptr + dst + HALF, cache_value(k2, k_scale, FP8).to(ty), mask=ok)
+        v1p = v_ptr + toks[:, None] * v_s0 + kv_head * v_s1 + d[None, :]
+        for part in tl.static_range(2):
+            x = cache_value(tl.load(v1p + part * HALF, mask=ok, other=0.0), v_scale, FP8)
+            tl.store(vc_ptr + dst + part * HALF, x.to(ty), mask=ok)
 
     @triton.jit
     def _qk_norm_rope_kernel(
@@ -257,3 +320,56 @@ def qk_norm_rope_inplace(
         FP8=write and kv_cache.dtype == FP8_DTYPE,
         num_warps=4,
     )
+
+
+@dataclass
+class QKNormRopeWrite:
+    """One layer's q/k norm + rotary and K/V cache write for a step, as arguments, so the
+    decode attention kernel can run it before its tiles instead of a separate launch
+    (paged_attention decides; where it cannot fuse, run() is qk_norm_rope_inplace)."""
+
+    k: torch.Tensor  # [T, Hk, D], normed and rotated in place
+    v: torch.Tensor  # [T, Hk, D]
+    positions: torch.Tensor
+    q_weight: torch.Tensor
+    k_weight: torch.Tensor
+    eps: float
+    cos: torch.Tensor
+    sin: torch.Tensor
+    slot_mapping: torch.Tensor
+    k_scale: float = 1.0
+    v_scale: float = 1.0
+
+    def run(self, q: torch.Tensor, kv_cache: torch.Tensor) -> None:
+        """The separate launch."""
+        qk_norm_rope_inplace(
+            self.positions, q, self.k, self.q_weight, self.k_weight, self.eps, self.cos,
+            self.sin, v=self.v, kv_cache=kv_cache, slot_mapping=self.slot_mapping,
+            k_scale=self.k_scale, v_scale=self.v_scale,
+        )  # fmt: skip
+
+    def fusable(self, q: torch.Tensor, kv_cache: torch.Tensor) -> bool:
+        """What the fused path assumes beyond qk_norm_rope_inplace's own checks: a
+        power-of-two half head, contiguous weights, and k/v/q of one dtype."""
+        half = q.shape[-1] // 2
+        return (
+            q.shape[-1] % 2 == 0
+            and half >= 1
+            and half & (half - 1) == 0
+            and self.k.dtype == self.v.dtype == q.dtype
+            and self.q_weight.is_contiguous()
+            and self.k_weight.is_contiguous()
+            and self.v.stride(-1) == 1
+            and self.slot_mapping.is_contiguous()
+        )
+
+    def kernel_args(self, k_cache: torch.Tensor) -> tuple:
+        """The persistent decode kernel's prologue arguments, in its order (k_cache:
+        kv_cache[0], whose strides the attention launch already passes)."""
+        check_rotary_inputs(self.positions, self.k, self.k, self.cos, self.sin)
+        return (
+            self.k, self.v, self.positions, self.slot_mapping, self.q_weight, self.k_weight,
+            self.cos, self.sin, self.k.stride(0), self.k.stride(1), self.v.stride(0),
+            self.v.stride(1), self.positions.stride(0), self.cos.stride(0),
+            self.sin.stride(0), float(self.eps), float(self.k_scale), float(self.v_scale),
+        )  # fmt: skip

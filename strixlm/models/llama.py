@@ -64,7 +64,15 @@ class Attention(nn.Module):
         if self.qk_norm and self._fuse_qk_norm_rope(q):
             # One in-place launch; with kv_written it also writes K/V to the cache.
             kv_written = self._fuse_kv_write(q)
-            self._qk_norm_rope(positions, q, k, v if kv_written else None, md)
+            prologue = self._qk_norm_rope(positions, k, v if kv_written else None, md)
+            if kv_written and self.attn.accepts_qk_prologue:
+                # The attention may run it inside its decode kernel (one launch fewer).
+                o = self.attn.attend(q, self.kv_cache, md, qk_prologue=prologue)
+                return self.o_proj(o.reshape(t, self.q_size))
+            if prologue is not None:
+                prologue.run(q, self.kv_cache)
+            else:
+                self._qk_norm_rope_inplace(positions, q, k)
         elif self.qk_norm:
             q, k = self.rotary(positions, self.q_norm(q), self.k_norm(k))
         else:
@@ -90,23 +98,23 @@ class Attention(nn.Module):
             and self.attn.use_triton(q.device)
         )
 
-    def _qk_norm_rope(self, positions, q, k, v=None, md: AttentionMetadata | None = None):
+    def _qk_norm_rope(self, positions, k, v, md: AttentionMetadata):
+        """The fused launch's arguments with the cache write (None without v)."""
+        from strixlm.kernels.qk_norm_rope import QKNormRopeWrite
+
+        if v is None:
+            return None
+        qn, kn, rot, attn = self.q_norm, self.k_norm, self.rotary, self.attn
+        return QKNormRopeWrite(
+            k, v, positions, qn.weight, kn.weight, qn.eps, rot.cos, rot.sin, md.slot_mapping,
+            attn.k_scale, attn.v_scale,
+        )  # fmt: skip
+
+    def _qk_norm_rope_inplace(self, positions, q, k):
         from strixlm.kernels.qk_norm_rope import qk_norm_rope_inplace
 
         qn, kn, rot = self.q_norm, self.k_norm, self.rotary
-        cache = {}
-        if v is not None:
-            attn = self.attn
-            cache = dict(
-                v=v,
-                kv_cache=self.kv_cache,
-                slot_mapping=md.slot_mapping,
-                k_scale=attn.k_scale,
-                v_scale=attn.v_scale,
-            )
-        qk_norm_rope_inplace(
-            positions, q, k, qn.weight, kn.weight, qn.eps, rot.cos, rot.sin, **cache
-        )
+        qk_norm_rope_inplace(positions, q, k, qn.weight, kn.weight, qn.eps, rot.cos, rot.sin)
 
 
 class MLP(nn.Module):

@@ -25,6 +25,7 @@ class TritonPagedAttention(AttentionBackend):
     # Reads only device metadata and host upper bounds: safe to capture in a CUDA graph.
     graph_safe = True
     kv_write_is_kernel_compatible = True  # it runs strixlm.kernels.kv_write itself
+    accepts_qk_prologue = True
     # Overridable per instance or class: None = heuristic, 1 = never split, n = n segments.
     num_splits: int | None = None
 
@@ -46,8 +47,10 @@ class TritonPagedAttention(AttentionBackend):
         else:
             write_kv_ref(kv_cache, k, v, md.slot_mapping, self.k_scale, self.v_scale)
 
-    def attend(self, q, kv_cache, md: AttentionMetadata):
+    def attend(self, q, kv_cache, md: AttentionMetadata, qk_prologue=None):
         if not self.use_triton(q.device):
+            if qk_prologue is not None:
+                qk_prologue.run(q, kv_cache)
             return paged_attention_ref(
                 q,
                 kv_cache,
@@ -71,4 +74,5 @@ class TritonPagedAttention(AttentionBackend):
             v_scale=self.v_scale,
             num_splits=self.num_splits,
             seq_order=md.seq_order,
+            qk_prologue=qk_prologue,
         )
