@@ -11,7 +11,8 @@ GEMM writes fp32 partials [SPLIT, M, N] and the add + RMSNorm kernel that runs n
 sums them first, so the split costs no extra launch. Per shape and M this prints the
 CUDA-graph replay time of cuBLAS F.linear + strixlm's fused add + RMSNorm against the best
 of a few split-K configs + the reducing norm, and checks the outputs agree (bf16 rounding).
-An experiment for the next lever of issue 3; nothing in the engine uses these kernels.
+An experiment for the next lever of issue 3; the engine's version of the pair is
+strixlm/kernels/splitk_linear.py + the NUM_PARTS variant of strixlm/kernels/rmsnorm.py.
 """
 
 from __future__ import annotations

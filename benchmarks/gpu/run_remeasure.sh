@@ -36,6 +36,9 @@
 #           A/B)
 #   topp    check_sampler with STRIXLM_SAMPLER_TOPP_REJECTION=1 (it also times the radix path)
 #   splitk  split-K GEMM with its reduction in the next add + RMSNorm vs cuBLAS (bench_splitk_norm)
+#   splitkab the workload with the engine's split-K o_proj / down (8 < M <= 128, reduced in
+#           the next add + RMSNorm) on / off: STRIXLM_SPLITK_MAX_ROWS=128 / 0, alternating,
+#           twice each, after a warm-up run
 #   fp8pairs check_attention with and without STRIXLM_ATTN_FP8_PAIRS=1, then fp8 throughput
 #   fp8     check_attention --quick (fp8 cache bytes vs torch) and the workload with fp8 KV
 #   inductor  torch.compile max-autotune GEMMs at M=256 vs cuBLAS (bench_decode_gemm --inductor)
@@ -163,6 +166,13 @@ if has splitpersist; then
 fi
 if has splitk; then  # split-K o_proj/down GEMM + the reducing add/RMSNorm vs cuBLAS + norm
   run splitk 200 python benchmarks/gpu/bench_splitk_norm.py --json "$OUT/splitk_norm.json"
+fi
+if has splitkab; then  # the workload with split-K o_proj / down on / off, alternating
+  run tp_warm 100 $TP --model qwen3-0.6b  # fills Triton's cache (split-K kernels included)
+  for v in on1:128 off1:0 on2:128 off2:0; do
+    STRIXLM_SPLITK_MAX_ROWS=${v#*:} run tp_splitk_${v%%:*} 100 $TP --model qwen3-0.6b
+  done
+  grep "strixlm  " "$OUT"/tp_splitk_*.log
 fi
 if has gemm; then
   run gemm 150 python benchmarks/gpu/bench_decode_gemm.py --json "$OUT/gemm.json"

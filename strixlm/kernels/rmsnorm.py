@@ -4,6 +4,11 @@ Numerics follow the torch reference in strixlm/layers/norm.py (which follows HF)
 x + residual is rounded to the input dtype, the norm is computed in fp32, the normed row is
 cast back to the input dtype and only then multiplied by the weight (in fp32, rounded once
 to the promoted output dtype, as torch's elementwise multiply does).
+
+fused_add_rmsnorm also takes a linear layer's output as split-K partials
+(strixlm/kernels/splitk_linear.py): the kernel first sums the fp32 partials of its row in a
+fixed order and rounds the sum to the activation dtype, which is what F.linear would have
+returned, then adds and normalizes exactly as for a plain x.
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from strixlm.layers.splitk_partials import SplitKPartials
 
 
 @triton.jit
@@ -30,6 +37,7 @@ def _rmsnorm_kernel(
     eps,
     HAS_RESIDUAL: tl.constexpr,
     BLOCK: tl.constexpr,
+    NUM_PARTS: tl.constexpr,
 ):
     # One program per row; rows are addressed by two strides so a [T, H, D] view into a
     # wider buffer (q/k norm on a slice of the qkv output) needs no copy.
@@ -38,7 +46,20 @@ def _rmsnorm_kernel(
     inner = row % n_inner
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
-    x = tl.load(x_ptr + outer * x_s0 + inner * x_s1 + cols, mask=mask, other=0.0)
+    if NUM_PARTS > 1:
+        # x is fp32 split-K partials [NUM_PARTS, rows, n_cols], contiguous, so part s of
+        # this row lies s * rows * x_s0 further on. Deriving that stride from the grid keeps
+        # the plain path's argument list (and so its compiled code) as it was.
+        tl.static_assert(HAS_RESIDUAL, "partials need the residual's dtype")
+        x_row = x_ptr + outer * x_s0 + inner * x_s1 + cols
+        part_stride = tl.num_programs(0).to(tl.int64) * x_s0
+        acc = tl.load(x_row, mask=mask, other=0.0)
+        for s in tl.static_range(1, NUM_PARTS):  # fixed order: s = 0, 1, ...
+            acc += tl.load(x_row + s * part_stride, mask=mask, other=0.0)
+        # Rounded to the activation dtype, as F.linear's output would have been.
+        x = acc.to(res_ptr.dtype.element_ty)
+    else:
+        x = tl.load(x_ptr + outer * x_s0 + inner * x_s1 + cols, mask=mask, other=0.0)
     if HAS_RESIDUAL:
         r_ptrs = res_ptr + outer * r_s0 + inner * r_s1 + cols
         r = tl.load(r_ptrs, mask=mask, other=0.0)
@@ -73,11 +94,16 @@ def _launch(
     weight: torch.Tensor,
     eps: float,
     out: torch.Tensor | None,
+    num_parts: int = 0,
+    act_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
+    """num_parts > 1: x is part 0 of contiguous fp32 partials and act_dtype the dtype their
+    sum rounds to (residual's); otherwise x is the plain input."""
     n_cols = x.shape[-1]
     if weight.shape != (n_cols,):
         raise ValueError(f"weight shape {tuple(weight.shape)} does not match hidden {n_cols}")
-    out_dtype = torch.promote_types(weight.dtype, x.dtype)  # as `weight * xn` in torch
+    act_dtype = act_dtype or x.dtype
+    out_dtype = torch.promote_types(weight.dtype, act_dtype)  # as `weight * xn` in torch
     if out is None:
         out = torch.empty(x.shape, dtype=out_dtype, device=x.device)
     elif out.shape != x.shape or out.dtype != out_dtype:
@@ -114,6 +140,7 @@ def _launch(
         eps,
         HAS_RESIDUAL=residual is not None,
         BLOCK=block,
+        NUM_PARTS=num_parts,
         num_warps=num_warps,
     )
     return out
@@ -127,7 +154,7 @@ def rmsnorm(
 
 
 def fused_add_rmsnorm(
-    x: torch.Tensor,
+    x: torch.Tensor | SplitKPartials,
     residual: torch.Tensor,
     weight: torch.Tensor,
     eps: float,
@@ -135,8 +162,17 @@ def fused_add_rmsnorm(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns (rmsnorm(x + residual), x + residual); the sum is written INTO residual.
 
-    One read of x and residual, two writes (the sum and the normed output).
+    One read of x and residual, two writes (the sum and the normed output). x may be
+    SplitKPartials: then x is their sum in x.dtype (one read of each part instead of x).
     """
     if residual.shape != x.shape or residual.dtype != x.dtype:
         raise ValueError("x and residual must have the same shape and dtype")
-    return _launch(x, residual, weight, eps, out), residual
+    if not isinstance(x, SplitKPartials):
+        return _launch(x, residual, weight, eps, out), residual
+    parts = x.parts
+    if parts.dtype != torch.float32 or parts.dim() != 3 or not parts.is_contiguous():
+        raise ValueError("partials must be contiguous fp32 [S, M, N]")
+    if parts.shape[0] < 2:  # nothing to reduce; the plain path needs x in the act dtype
+        return _launch(x.materialize(), residual, weight, eps, out), residual
+    y = _launch(parts[0], residual, weight, eps, out, parts.shape[0], x.dtype)
+    return y, residual

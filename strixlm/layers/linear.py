@@ -1,4 +1,5 @@
-"""Linear layer that sends skinny inputs (small-batch decode) to the Triton GEMV kernel."""
+"""Linear layer that sends skinny inputs (small-batch decode) to the Triton GEMV kernel, and
+can hand mid-size batches' narrow outputs back as split-K partials (forward_partials)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from strixlm.kernels import gemv as gemv_kernel
+from strixlm.kernels import splitk_linear as splitk
+from strixlm.kernels.dispatch import use_triton
+from strixlm.layers.splitk_partials import SplitKPartials
 
 _USE_GEMV = gemv_kernel.HAS_TRITON and os.environ.get("STRIXLM_DISABLE_GEMV", "0") != "1"
 
@@ -21,6 +25,15 @@ class Linear(nn.Linear):
         if _skinny(x, self.weight, _HALF) and x.dtype == self.weight.dtype:
             return gemv_kernel.gemv(x, self.weight, self.bias)
         return F.linear(x, self.weight, self.bias)
+
+    def forward_partials(self, x: torch.Tensor) -> torch.Tensor | SplitKPartials:
+        """forward(x), or, where split-K applies (see splitk_config), its unreduced fp32
+        partials. Only for consumers that take SplitKPartials (RMSNorm with a residual): the
+        reduction then rides in their kernel instead of costing a launch here."""
+        cfg = splitk_config(x, self.weight, self.bias)
+        if cfg is None:
+            return self.forward(x)
+        return splitk.splitk_partials(x, self.weight, cfg)
 
     def forward_relu2(self, x: torch.Tensor) -> torch.Tensor:
         """relu(linear(x))^2 (NemotronH's MLP activation); fused into the GEMV's store for
@@ -41,6 +54,22 @@ def _skinny(x: torch.Tensor, w: torch.Tensor, weight_dtypes: tuple[torch.dtype, 
         and x.shape[0] <= gemv_kernel.MAX_ROWS
         and w.dtype in weight_dtypes
         and x.stride(1) == 1
+    )
+
+
+def splitk_config(
+    x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None
+) -> splitk.SplitKConfig | None:
+    """The split-K tile config for x @ w.T, or None for the plain path: needs the Triton path
+    (CUDA), 2-D x and w with contiguous last dims; splitk.plan checks dtypes, bias, rows
+    (8 < M <= STRIXLM_SPLITK_MAX_ROWS) and shape."""
+    if not (use_triton(x) and x.dim() == 2 and w.dim() == 2):
+        return None
+    m, k = x.shape
+    if w.shape[1] != k or x.stride(1) != 1 or w.stride(1) != 1:
+        return None  # a mismatch: the plain path raises its own shape error
+    return splitk.plan(
+        m, w.shape[0], k, x_dtype=x.dtype, w_dtype=w.dtype, has_bias=bias is not None
     )
 
 

@@ -7,6 +7,7 @@ from torch import nn
 
 # use_triton: the Triton kernel on CUDA; the torch code (HF's numerics) on CPU or disabled.
 from strixlm.kernels.dispatch import use_triton
+from strixlm.layers.splitk_partials import SplitKPartials
 
 
 class RMSNorm(nn.Module):
@@ -22,13 +23,17 @@ class RMSNorm(nn.Module):
         return self.weight * xf.to(x.dtype)
 
     def forward(
-        self, x: torch.Tensor, residual: torch.Tensor | None = None
+        self, x: torch.Tensor | SplitKPartials, residual: torch.Tensor | None = None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """With a residual: returns (norm(x + residual), x + residual).
 
-        On CUDA (Triton) the sum is written into `residual` in place and returned.
+        On CUDA (Triton) the sum is written into `residual` in place and returned. x may be
+        a linear layer's split-K partials: the fused kernel sums them itself; every other
+        path sums them first (SplitKPartials.materialize) and goes on as for a tensor.
         """
-        if use_triton(x):
+        if isinstance(x, SplitKPartials) and (residual is None or not use_triton(x.parts)):
+            x = x.materialize()
+        if use_triton(x.parts if isinstance(x, SplitKPartials) else x):
             # Imported here so CPU-only runs never import triton.
             from strixlm.kernels.rmsnorm import fused_add_rmsnorm, rmsnorm
 

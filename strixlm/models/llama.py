@@ -2,6 +2,10 @@
 
 Q, K and V projections are stacked into one matmul, gate and up into another; the loader
 maps Hugging Face's separate weights into the stacked ones.
+
+In the decoder layer the attention and MLP outputs (o_proj, down_proj) may stay split-K
+partials (Linear.forward_partials): their only consumer there is the next add + RMSNorm,
+which sums them in its own kernel. Called on their own, Attention and MLP return tensors.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from strixlm.layers.attention.metadata import AttentionMetadata
 from strixlm.layers.linear import Linear
 from strixlm.layers.norm import RMSNorm
 from strixlm.layers.rotary import RotaryEmbedding
+from strixlm.layers.splitk_partials import SplitKPartials
 
 
 def rope_settings(cfg) -> tuple[float, dict | None]:
@@ -53,7 +58,14 @@ class Attention(nn.Module):
         )
         self.kv_cache: torch.Tensor | None = None  # bound by the runner after allocation
 
-    def forward(self, positions: torch.Tensor, x: torch.Tensor, md: AttentionMetadata):
+    def forward(
+        self,
+        positions: torch.Tensor,
+        x: torch.Tensor,
+        md: AttentionMetadata,
+        partials: bool = False,
+    ) -> torch.Tensor | SplitKPartials:
+        """partials: the output may be o_proj's split-K partials (for an RMSNorm consumer)."""
         t = x.shape[0]
         qkv = self.qkv_proj(x)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
@@ -81,7 +93,8 @@ class Attention(nn.Module):
             o = self.attn.attend(q, self.kv_cache, md)
         else:
             o = self.attn.forward(q, k, v, self.kv_cache, md)
-        return self.o_proj(o.reshape(t, self.q_size))
+        o = o.reshape(t, self.q_size)
+        return self.o_proj.forward_partials(o) if partials else self.o_proj(o)
 
     def _fuse_qk_norm_rope(self, q: torch.Tensor) -> bool:
         """q_norm, k_norm and rotary as one in-place launch: where all three would run Triton
@@ -123,8 +136,10 @@ class MLP(nn.Module):
         self.gate_up_proj = Linear(hidden, 2 * inter, bias=bias)
         self.down_proj = Linear(inter, hidden, bias=bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(silu_and_mul(self.gate_up_proj(x)))
+    def forward(self, x: torch.Tensor, partials: bool = False) -> torch.Tensor | SplitKPartials:
+        """partials: the output may be down_proj's split-K partials (for an RMSNorm consumer)."""
+        h = silu_and_mul(self.gate_up_proj(x))
+        return self.down_proj.forward_partials(h) if partials else self.down_proj(h)
 
 
 class DecoderLayer(nn.Module):
@@ -135,15 +150,19 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, positions, x, residual, md):
+    def forward(
+        self, positions, x: torch.Tensor | SplitKPartials, residual: torch.Tensor | None, md
+    ) -> tuple[torch.Tensor | SplitKPartials, torch.Tensor]:
+        """x: the embedding (residual None) or the previous layer's MLP output, which may be
+        partials; so may the returned MLP output. Only RMSNorms with a residual take them."""
         if residual is None:
             residual = x
             x = self.input_layernorm(x)
         else:
             x, residual = self.input_layernorm(x, residual)
-        x = self.self_attn(positions, x, md)
+        x = self.self_attn(positions, x, md, partials=True)
         x, residual = self.post_attention_layernorm(x, residual)
-        return self.mlp(x), residual
+        return self.mlp(x, partials=True), residual
 
 
 class LlamaForCausalLM(nn.Module):
@@ -178,7 +197,7 @@ class LlamaForCausalLM(nn.Module):
         residual = None
         for layer in self.layers:
             x, residual = layer(positions, x, residual, md)
-        x, _ = self.norm(x, residual)
+        x, _ = self.norm(x, residual)  # x may be the last layer's partials
         return x
 
     def compute_logits(self, hidden: torch.Tensor, upcast: bool = True) -> torch.Tensor:

@@ -1,0 +1,183 @@
+"""Split-K GEMM for narrow outputs at mid-size batches; the reduction is left to the consumer.
+
+At 8 < M <= 128 rows the decode step's o_proj and down_proj (1024 output columns on
+Qwen3-0.6B) make too few output tiles for cuBLAS to fill the H200: 6-10 us against 2 us of
+roofline. Splitting K over SPLIT programs per tile restores the parallelism, but the slices
+must be summed. Here each slice writes its fp32 product to partials [SPLIT, M, N] and the
+add + RMSNorm that follows those projections anyway (strixlm/kernels/rmsnorm.py) sums them
+in a fixed order before its residual add, so the split costs no extra launch.
+benchmarks/gpu/bench_splitk_norm.py measured the pair against cuBLAS + fused add/RMSNorm
+(CUDA-graph replay): o_proj K 2048 at M 64 / 128: 7.6 -> 6.6 / 8.5 -> 7.3 us; down K 3072:
+9.3 -> 7.0 / 9.6 -> 8.1 us; no gain at M 256. The configs below are those winners.
+
+STRIXLM_SPLITK_MAX_ROWS (read at import; default 128, 0 turns split-K off) caps M. The
+partials travel as SplitKPartials (strixlm/layers/splitk_partials.py): Linear.forward_partials
+hands them out, RMSNorm with a residual takes them (see strixlm/models/llama.py).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from strixlm.kernels.dispatch import HAS_TRITON
+from strixlm.kernels.gemv import MAX_ROWS as GEMV_MAX_ROWS
+from strixlm.layers.splitk_partials import SplitKPartials
+
+if HAS_TRITON:
+    import triton
+    import triton.language as tl
+
+# Wider outputs already make enough tiles; only N = 1024 was measured, 2048 is a guess.
+MAX_N = 2048
+_HALF = (torch.bfloat16, torch.float16)
+
+
+def _env_max_rows() -> int:
+    raw = os.environ.get("STRIXLM_SPLITK_MAX_ROWS", "128")
+    try:
+        return max(0, int(raw))
+    except ValueError as e:
+        raise ValueError(f"STRIXLM_SPLITK_MAX_ROWS must be an integer, got {raw!r}") from e
+
+
+_MAX_ROWS = _env_max_rows()
+
+
+def splitk_max_rows() -> int:
+    """Largest M that takes split-K (0: never); fixed at import, so a captured CUDA graph
+    and a later eager call agree."""
+    return _MAX_ROWS
+
+
+@dataclass(frozen=True)
+class SplitKConfig:
+    block_m: int
+    block_n: int
+    block_k: int
+    split: int
+    num_warps: int
+    num_stages: int
+
+
+# The bench's winners on the H200 (BLOCK_M, BLOCK_N, BLOCK_K, SPLIT, warps, stages).
+_CFG_WIDE = SplitKConfig(64, 64, 128, 4, 4, 3)  # o_proj M 64 and 128, down M 128
+_CFG_NARROW = SplitKConfig(64, 32, 128, 4, 4, 4)  # down (K 3072) at M 64: more, thinner tiles
+
+
+def pick_config(m: int, n: int, k: int) -> SplitKConfig | None:
+    """The tile config for an [m, k] @ [n, k].T product, or None where split-K does not
+    apply: wide outputs, or K not a multiple of SPLIT * BLOCK_K (the kernel has no K mask)."""
+    if m <= 0 or n > MAX_N or n * k >= 2**31:  # the kernel's x / w offsets are int32
+        return None
+    cfg = _CFG_NARROW if m <= 64 and k >= 3072 else _CFG_WIDE
+    if k % (cfg.split * cfg.block_k):
+        return None
+    return cfg
+
+
+def plan(
+    m: int,
+    n: int,
+    k: int,
+    *,
+    x_dtype: torch.dtype,
+    w_dtype: torch.dtype,
+    has_bias: bool,
+    max_rows: int | None = None,
+) -> SplitKConfig | None:
+    """Whether (and how) a linear layer runs split-K, on everything but the device and
+    layout (Linear checks those): half-precision weight and matching x, no bias (the
+    reduction does not add one), GEMV_MAX_ROWS < m <= max_rows, an applicable config."""
+    max_rows = splitk_max_rows() if max_rows is None else max_rows
+    if has_bias or w_dtype not in _HALF or x_dtype != w_dtype:
+        return None
+    if not GEMV_MAX_ROWS < m <= max_rows:
+        return None
+    return pick_config(m, n, k)
+
+
+def splitk_partials_ref(x: torch.Tensor, w: torch.Tensor, split: int) -> torch.Tensor:
+    """fp32 [split, M, N]: slice s is x[:, Ks] @ w[:, Ks].T over the s-th K / split columns."""
+    k = x.shape[1]
+    if k % split:
+        raise ValueError(f"K {k} does not split {split} ways")
+    xs, ws = x.float().chunk(split, dim=1), w.float().chunk(split, dim=1)
+    return torch.stack([a @ b.t() for a, b in zip(xs, ws, strict=True)])
+
+
+if HAS_TRITON:
+
+    @triton.jit
+    def _splitk_partials_kernel(
+        x_ptr,
+        w_ptr,
+        part_ptr,
+        M,
+        N,
+        stride_xm,
+        stride_wn,
+        K_PER,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+    ):
+        # Program (n tile, m tile, k slice) writes part[slice, m tile, n tile] in fp32.
+        # K_PER (K / SPLIT) is a multiple of BLOCK_K, so only rows and columns are masked.
+        pid_n = tl.program_id(0)
+        pid_m = tl.program_id(1)
+        pid_k = tl.program_id(2)
+        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        ks = tl.arange(0, BLOCK_K)
+        row_ok = rows < M
+        col_ok = cols < N
+        k_lo = pid_k * K_PER
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for k0 in range(k_lo, k_lo + K_PER, BLOCK_K):
+            a = tl.load(
+                x_ptr + rows[:, None] * stride_xm + (k0 + ks)[None, :],
+                mask=row_ok[:, None],
+                other=0.0,
+            )
+            # w is [N, K]: the tile is read transposed, [BLOCK_K, BLOCK_N], contiguous in K.
+            b = tl.load(
+                w_ptr + cols[None, :] * stride_wn + (k0 + ks)[:, None],
+                mask=col_ok[None, :],
+                other=0.0,
+            )
+            acc = tl.dot(a, b, acc)
+        out = part_ptr + (pid_k * M + rows[:, None]).to(tl.int64) * N + cols[None, :]
+        tl.store(out, acc, mask=row_ok[:, None] & col_ok[None, :])
+
+
+def splitk_partials(x: torch.Tensor, w: torch.Tensor, cfg: SplitKConfig) -> SplitKPartials:
+    """x [M, K] @ w [N, K].T as SplitKPartials (one launch). The partials buffer is a fresh
+    torch.empty, which a CUDA graph capture turns into a pool allocation; no host sync."""
+    m, k = x.shape
+    n = w.shape[0]
+    if w.shape[1] != k or x.stride(1) != 1 or w.stride(1) != 1:
+        raise ValueError("x [M, K] and w [N, K] need matching K and a contiguous last dim")
+    if k % (cfg.split * cfg.block_k):
+        raise ValueError(f"K {k} is not a multiple of SPLIT * BLOCK_K for {cfg}")
+    parts = torch.empty((cfg.split, m, n), dtype=torch.float32, device=x.device)
+    if m:
+        grid = (triton.cdiv(n, cfg.block_n), triton.cdiv(m, cfg.block_m), cfg.split)
+        _splitk_partials_kernel[grid](
+            x,
+            w,
+            parts,
+            m,
+            n,
+            x.stride(0),
+            w.stride(0),
+            k // cfg.split,
+            BLOCK_M=cfg.block_m,
+            BLOCK_N=cfg.block_n,
+            BLOCK_K=cfg.block_k,
+            num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
+        )
+    return SplitKPartials(parts, x.dtype)
