@@ -233,7 +233,7 @@ def test_fused_qk_prologue_equals_separate_launch(cache_dtype, n_prog):
 
 def test_qk_prologue_dispatch(monkeypatch):
     """paged_attention fuses the prologue only into an unsplit persistent grid; a split or
-    unified grid (or STRIXLM_ATTN_FUSE_QK=0) gets the separate launch first, and all give
+    unified grid (or without STRIXLM_ATTN_FUSE_QK=1) gets the separate launch first, and all give
     the same output."""
     from strixlm.kernels import qk_norm_rope as qknr
 
@@ -241,6 +241,7 @@ def test_qk_prologue_dispatch(monkeypatch):
     real = qknr.qk_norm_rope_inplace
     monkeypatch.setattr(qknr, "qk_norm_rope_inplace",
                         lambda *a, **kw: launches.append(1) or real(*a, **kw))  # fmt: skip
+    monkeypatch.setattr(pa, "FUSED_QK_ENABLED", True)  # STRIXLM_ATTN_FUSE_QK=1
     outs = []
     for cfg, fused in (
         (pa.AttnConfig(16, 16, 4, 2, persistent=True), True),

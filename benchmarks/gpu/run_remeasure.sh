@@ -97,9 +97,9 @@ if has gcab; then
   grep "strixlm  " "$OUT"/tp_gc_*.log
 fi
 if has fusedqk; then  # q/k norm + rotary + K/V write inside the persistent decode kernel
-  run fusedqk_bench 200 python benchmarks/gpu/bench_fused_qk.py --json "$OUT/fused_qk.json"
+  STRIXLM_ATTN_FUSE_QK=1 run fusedqk_bench 200 python benchmarks/gpu/bench_fused_qk.py --json "$OUT/fused_qk.json"
   # Persistent grid at every decode batch, so the tiny Qwen3 takes the fused path vs HF.
-  STRIXLM_ATTN_PERSISTENT_MIN=0 run e2e_fused 240 python benchmarks/gpu/check_e2e.py
+  STRIXLM_ATTN_FUSE_QK=1 STRIXLM_ATTN_PERSISTENT_MIN=0 run e2e_fused 240 python benchmarks/gpu/check_e2e.py
   run tp_warm 100 $TP --model qwen3-0.6b
   for v in on1:1 off1:0 on2:1 off2:0; do
     STRIXLM_ATTN_FUSE_QK=${v#*:} run tp_fuse_${v%%:*} 100 $TP --model qwen3-0.6b
@@ -173,6 +173,10 @@ if has splitkab; then  # the workload with split-K o_proj / down on / off, alter
     STRIXLM_SPLITK_MAX_ROWS=${v#*:} run tp_splitk_${v%%:*} 100 $TP --model qwen3-0.6b
   done
   grep "strixlm  " "$OUT"/tp_splitk_*.log
+  for v in on:128 off:0; do  # decode steps at the batch sizes split-K covers
+    STRIXLM_SPLITK_MAX_ROWS=${v#*:} timeout 150 python benchmarks/gpu/profile_step.py \
+      --batch 16 32 64 128 --steps 40 2>&1 | grep "#####" | sed "s/^/splitk $v /"
+  done
 fi
 if has gemm; then
   run gemm 150 python benchmarks/gpu/bench_decode_gemm.py --json "$OUT/gemm.json"

@@ -73,23 +73,24 @@ class Attention(nn.Module):
         k = k.view(t, self.num_kv_heads, self.head_dim)
         v = v.view(t, self.num_kv_heads, self.head_dim)
         kv_written = False
+        prologue = None  # the q/k norm + rotary + K/V write, left to the attention backend
         if self.qk_norm and self._fuse_qk_norm_rope(q):
             # One in-place launch; with kv_written it also writes K/V to the cache.
             kv_written = self._fuse_kv_write(q)
             prologue = self._qk_norm_rope(positions, k, v if kv_written else None, md)
-            if kv_written and self.attn.accepts_qk_prologue:
-                # The attention may run it inside its decode kernel (one launch fewer).
-                o = self.attn.attend(q, self.kv_cache, md, qk_prologue=prologue)
-                return self.o_proj(o.reshape(t, self.q_size))
-            if prologue is not None:
-                prologue.run(q, self.kv_cache)
-            else:
+            if prologue is None:
                 self._qk_norm_rope_inplace(positions, q, k)
+            elif not self.attn.accepts_qk_prologue:
+                prologue.run(q, self.kv_cache)
+                prologue = None
         elif self.qk_norm:
             q, k = self.rotary(positions, self.q_norm(q), self.k_norm(k))
         else:
             q, k = self.rotary(positions, q, k)
-        if kv_written:
+        if prologue is not None:
+            # The backend may run it inside its decode kernel (one launch fewer).
+            o = self.attn.attend(q, self.kv_cache, md, qk_prologue=prologue)
+        elif kv_written:
             o = self.attn.attend(q, self.kv_cache, md)
         else:
             o = self.attn.forward(q, k, v, self.kv_cache, md)
