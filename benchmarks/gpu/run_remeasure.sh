@@ -28,6 +28,8 @@
 #   fusedqk the q/k norm + rotary + K/V write inside the persistent decode kernel: kernel A/B
 #           and equality (bench_fused_qk), greedy tokens vs HF with the persistent grid
 #           forced at every batch, then the workload with STRIXLM_ATTN_FUSE_QK=1 / 0
+#   final   session 7's closing figures (workload with split-K capped at 128 / 192, syncs,
+#           batch-1 step time, online serving)
 #   slowsteps  cProfile of the workload's slowest host steps (profile_slow_steps.py)
 #   tilecost  partly filled last KV tiles vs full ones (sweep_decode_attn --tile-cost)
 #   serve   the online benchmark only (500 x 512/128, burst)
@@ -105,6 +107,19 @@ if has fusedqk; then  # q/k norm + rotary + K/V write inside the persistent deco
     STRIXLM_ATTN_FUSE_QK=${v#*:} run tp_fuse_${v%%:*} 100 $TP --model qwen3-0.6b
   done
   grep "strixlm  " "$OUT"/tp_fuse_*.log
+fi
+if has final; then  # session 7's closing figures: workload (split-K cap 128, and 192 as an A/B),
+  # host syncs at batch 256 and 64, batch-1 step time, online serving
+  run tp_warm 100 $TP --model qwen3-0.6b
+  for v in a1:128 b1:192 a2:128 b2:192; do
+    STRIXLM_SPLITK_MAX_ROWS=${v#*:} run tp_final_${v%%:*} 100 $TP --model qwen3-0.6b \
+      --output-json "$OUT/tp_final_${v%%:*}.json"
+  done
+  grep "strixlm  " "$OUT"/tp_final_*.log
+  run syncs 120 python benchmarks/gpu/check_syncs.py --num-requests 256
+  run syncs64 120 python benchmarks/gpu/check_syncs.py --num-requests 64
+  timeout 150 python benchmarks/gpu/profile_step.py --batch 1 --steps 50 2>&1 | grep "#####"
+  bash benchmarks/gpu/run_issue3.sh serve 2>&1 | grep -v -i warn | tail -24
 fi
 if has slowsteps; then
   run slowsteps 150 python benchmarks/gpu/profile_slow_steps.py
