@@ -40,6 +40,10 @@ CONFIGS = [  # BLOCK_M, BLOCK_N, BLOCK_K, SPLIT, warps, stages
     (64, 128, 128, 2, 4, 3),
     (128, 64, 128, 8, 4, 3),
     (64, 32, 128, 4, 4, 4),
+    (16, 64, 128, 4, 4, 3),  # small M: thinner row tiles
+    (32, 64, 128, 4, 4, 3),
+    (16, 32, 128, 8, 4, 3),
+    (32, 32, 128, 4, 4, 4),
 ]
 EPS = 1e-6
 
@@ -149,7 +153,7 @@ def main() -> int:
     torch.manual_seed(0)
     rows = []
     for name, n, k in SHAPES:
-        for m in (64, 128, 256):
+        for m in (16, 32, 64, 128, 192, 256):
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             w = (torch.randn(n, k, device="cuda") / k**0.5).to(torch.bfloat16)
             res = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
