@@ -318,14 +318,14 @@ for cache_dt in ("bf16", "fp8e4nv"):
     for n in ("stride_kt", "stride_kh", "stride_vt", "stride_vh", "pos_stride", "cos_stride",
               "sin_stride"):
         sig[n] = "i32"
-    sig.update(qk_eps="fp32", k_scale="fp32", v_scale="fp32")
+    sig.update(qk_eps="fp32", k_scale="fp32", v_scale="fp32", timing_ptr="*i64")
     # The bf16 cache compiles the split grid without the q/k prologue, fp8 the unsplit
     # grid with it (the prologue's fp8 cache write included).
     fp8 = cache_dt == "fp8e4nv"
     consts = dict(NUM_Q_HEADS=16, G=2, HEAD_DIM=128, DIM_P=128, BLOCK_SIZE=16, TILE=64,
                   BLOCK_M=16, MAX_ITEMS=8, NUM_SEGS=1 if fp8 else 4,
                   IEEE=False, K_ROWS=False, HAS_ORDER=True, FP8_PAIRS=fp8, FUSE_QK=fp8,
-                  BLOCK_G=2, HALF=64, FP8=fp8)
+                  BLOCK_G=2, HALF=64, FP8=fp8, TIMING=fp8)
     names = list(sig) + list(consts)
     div16 = [n for n in sig if n.endswith("_ptr") or (n.startswith("stride") and n != "stride_bt")]
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in div16}

@@ -30,6 +30,7 @@
 #           forced at every batch, then the workload with STRIXLM_ATTN_FUSE_QK=1 / 0
 #   final   session 7's closing figures (workload with split-K capped at 128 / 192, syncs,
 #           batch-1 step time, online serving)
+#   timeline  the persistent decode kernel's program timeline (bench_decode_timeline.py)
 #   slowsteps  cProfile of the workload's slowest host steps (profile_slow_steps.py)
 #   tilecost  partly filled last KV tiles vs full ones (sweep_decode_attn --tile-cost)
 #   serve   the online benchmark only (500 x 512/128, burst)
@@ -120,6 +121,9 @@ if has final; then  # session 7's closing figures: workload (split-K cap 128, an
   run syncs64 120 python benchmarks/gpu/check_syncs.py --num-requests 64
   timeout 150 python benchmarks/gpu/profile_step.py --batch 1 --steps 50 2>&1 | grep "#####"
   bash benchmarks/gpu/run_issue3.sh serve 2>&1 | grep -v -i warn | tail -24
+fi
+if has timeline; then  # per-program start/end of 28 back-to-back persistent launches
+  run timeline 200 python benchmarks/gpu/bench_decode_timeline.py --json "$OUT/timeline.json"
 fi
 if has slowsteps; then
   run slowsteps 150 python benchmarks/gpu/profile_slow_steps.py

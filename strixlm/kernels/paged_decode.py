@@ -52,6 +52,11 @@ if HAS_TRITON:
     )
     from strixlm.kernels.qk_norm_rope import norm_rope_decode_items
 
+    try:
+        from triton.language.extra.cuda import globaltimer, smid
+    except ImportError:  # only the timeline benchmark's TIMING variant needs them
+        globaltimer = smid = None
+
 # Programs per SM: four 2-warp programs fill an SM at tile 64 (registers); five or six
 # spill into a second wave. H200, sweep_decode_attn.py --persistent (2026-12-01): 4/SM beat
 # the unified kernel by 2-10% from batch 128 up, 2-3/SM lost 5-25%, and at batch 64 (one
@@ -148,6 +153,7 @@ if HAS_TRITON:
         qk_eps,
         k_scale,
         v_scale,
+        timing_ptr,
         NUM_Q_HEADS: tl.constexpr,
         G: tl.constexpr,
         HEAD_DIM: tl.constexpr,
@@ -165,10 +171,13 @@ if HAS_TRITON:
         BLOCK_G: tl.constexpr,
         HALF: tl.constexpr,
         FP8: tl.constexpr,
+        TIMING: tl.constexpr,
     ):
         p = tl.program_id(0)
         n_prog = tl.num_programs(0)
         kv_head = tl.program_id(1)
+        if TIMING:  # a benchmark's timeline of the programs (bench_decode_timeline.py)
+            t_start = globaltimer()
 
         # This program's items (snake over the longest-first order; an item is a sequence,
         # or one of its NUM_SEGS segments) and their tile ranges [los, los + tiles).
@@ -253,6 +262,12 @@ if HAS_TRITON:
             acc = tl.where(last, 0.0, acc)
             m_i = tl.where(last, float("-inf"), m_i)
             l_i = tl.where(last, 0.0, l_i)
+        if TIMING:  # per program: start and end (ns), SM, tiles walked
+            rec = timing_ptr + (kv_head * n_prog + p).to(tl.int64) * 4
+            tl.store(rec, t_start)
+            tl.store(rec + 1, globaltimer())
+            tl.store(rec + 2, smid().to(tl.int64))
+            tl.store(rec + 3, total.to(tl.int64))
 
 
 def paged_decode_persistent(
@@ -276,6 +291,7 @@ def paged_decode_persistent(
     num_programs: int | None = None,
     num_segs: int = 1,
     qk: QKNormRopeWrite | None = None,
+    timing: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Decode attention (each sequence 0 or 1 query tokens) with the persistent grid; the
     arguments are paged_attention's. num_segs > 1 splits every sequence into that many
@@ -283,7 +299,9 @@ def paged_decode_persistent(
     are not written without a split (the merge writes them, from unset partials).
 
     qk (unsplit grids only): q and the step's k/v are raw projections; the kernel runs
-    the q/k norm + rotary on them (q and k in place) and writes K/V to the cache first."""
+    the q/k norm + rotary on them (q and k in place) and writes K/V to the cache first.
+    timing (benchmarks, compiled only): int64 [num_kv_heads * programs * 4] receives each
+    program's start and end globaltimer (ns), SM id and tile count."""
     _, hq, d = q.shape
     _, _, bs, hkv, _ = kv_cache.shape
     num_seqs = seq_lens.shape[0]
@@ -320,6 +338,7 @@ def paged_decode_persistent(
         num_seqs,
         *launch_strides(q, out, kc, block_table),
         *fuse,
+        timing if timing is not None else seq_lens,  # unwritten without TIMING
         NUM_Q_HEADS=hq,
         G=g,
         HEAD_DIM=d,
@@ -337,6 +356,7 @@ def paged_decode_persistent(
         BLOCK_G=max(2, _pow2(g)),
         HALF=d // 2,
         FP8=kv_cache.dtype == FP8_DTYPE,
+        TIMING=timing is not None,
         num_warps=num_warps,
         num_stages=num_stages,
     )

@@ -1,0 +1,139 @@
+"""Where a persistent decode-attention launch spends the time beyond streaming its bytes.
+
+python benchmarks/gpu/bench_decode_timeline.py [--json PATH]
+
+The whole-run profile puts ~12-16 us per launch of the persistent kernel above its bytes at
+the streaming rate. Here 28 launches (one per layer, back to back in one CUDA graph, as in a
+decode step) run with the kernel's TIMING records: every program's start and end
+(globaltimer, ns), SM and tile count. Per shape it prints medians over the launches of:
+span (first start to last end), start skew (last start - first start), end skew, the tail
+(last end - the end by which 90% of programs are done), mean program busy time / span,
+the gap to the next launch's first start, and a least-squares fit of program time against
+its tiles (fixed ns per program + ns per tile). The graph time with and without the records
+shows what they cost. Qwen3-0.6B heads, bf16 cache, blocks shuffled over the pool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+from check_attention import DTYPE, HKV, HQ, SCALE, D, make_batch  # noqa: E402
+from graph_timing import graph_time_us  # noqa: E402
+
+from strixlm.kernels import paged_attention as pa  # noqa: E402
+from strixlm.kernels import paged_decode as pdk  # noqa: E402
+
+LAYERS = 28
+
+
+def _spread(b: int, lo: int, hi: int, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randint(lo, hi) for _ in range(b)]
+
+
+SHAPES = [
+    ("b256 spread100-2000", _spread(256, 100, 2000, 0)),
+    ("b256 ctx512", [512] * 256),
+    ("b264 ctx512 (4 per program)", [512] * 264),
+    ("b192 spread200-2000", _spread(192, 200, 2000, 1)),
+    ("b128 spread300-2000", _spread(128, 300, 2000, 2)),
+    ("b96 spread500-2000", _spread(96, 500, 2000, 3)),
+]
+
+
+def _fit(tiles: list[float], dur: list[float]) -> tuple[float, float]:
+    """Least squares dur = a + b * tiles; (a, b), or (mean, 0) when tiles do not vary."""
+    mt, md = statistics.fmean(tiles), statistics.fmean(dur)
+    var = sum((t - mt) ** 2 for t in tiles)
+    if var == 0:
+        return md, 0.0
+    b = sum((t - mt) * (d - md) for t, d in zip(tiles, dur, strict=True)) / var
+    return md - b * mt, b
+
+
+def launch_stats(rec: torch.Tensor, next_start: float | None) -> dict:
+    """rec [programs, 4] int64: start, end, sm, tiles."""
+    start, end = rec[:, 0].double(), rec[:, 1].double()
+    tiles = rec[:, 3].double()
+    live = tiles > 0
+    dur = end - start
+    span = float(end.max() - start.min())
+    a, b = _fit(tiles[live].tolist(), dur[live].tolist())
+    return dict(
+        span=span,
+        start_skew=float(start.max() - start.min()),
+        end_skew=float(end.max() - end.min()),
+        tail=float(end.max() - torch.quantile(end, 0.9)),
+        busy_frac=float(dur.mean()) / span,
+        gap_after=(next_start - float(end.max())) if next_start is not None else None,
+        fixed_ns=a,
+        per_tile_ns=b,
+        tiles_max_over_mean=float(tiles.max() / tiles[live].mean()),
+    )
+
+
+def run_shape(name: str, ctxs: list[int]) -> dict:
+    b = len(ctxs)
+    rows = [(c - 1, 1) for c in ctxs]
+    q, _, _, cache, md = make_batch(rows, DTYPE)
+    dev = q.device
+    sms = pa.num_sms(dev)
+    cfg = pa.select_config(HQ, HKV, D, b, 1, max(ctxs), sms)
+    assert cfg.persistent and cfg.num_splits == 1, cfg
+    n_prog = pdk.persistent_programs(b, HKV, sms)
+    order = torch.tensor(sorted(range(b), key=lambda i: -ctxs[i]), dtype=torch.int32, device=dev)
+    timing = torch.zeros((LAYERS, HKV * n_prog, 4), dtype=torch.int64, device=dev)
+    outs = [torch.empty_like(q) for _ in range(2)]
+
+    def step(timed: bool) -> None:
+        for i in range(LAYERS):
+            pdk.paged_decode_persistent(
+                q, cache, md.query_start_loc, md.seq_lens, md.block_table, SCALE,
+                outs[i % 2], block_m=cfg.block_m, tile=cfg.tile, num_warps=cfg.num_warps,
+                num_stages=cfg.num_stages, k_rows=cfg.k_rows, sms=sms, seq_order=order,
+                num_programs=n_prog, timing=timing[i] if timed else None,
+            )  # fmt: skip
+
+    t_plain = graph_time_us(lambda: step(False)) / LAYERS
+    t_timed = graph_time_us(lambda: step(True)) / LAYERS
+    torch.cuda.synchronize()
+    recs = timing.cpu()  # the last replay's records
+    firsts = [float(recs[i, :, 0].min()) for i in range(LAYERS)]
+    per = [launch_stats(recs[i], firsts[i + 1] if i + 1 < LAYERS else None)
+           for i in range(LAYERS)]  # fmt: skip
+    med = {k: statistics.median(p[k] for p in per if p[k] is not None) for k in per[0]}
+    kv_bytes = sum(ctxs) * HKV * D * 2 * cache.element_size()
+    print(
+        f"{name}: {t_plain:6.1f} us/launch in a {LAYERS}-launch graph "
+        f"({kv_bytes / t_plain / 1e6:.2f} TB/s; with records {t_timed:.1f}); span "
+        f"{med['span'] / 1e3:.1f} us, start skew {med['start_skew'] / 1e3:.1f}, end skew "
+        f"{med['end_skew'] / 1e3:.1f}, tail (last 10%) {med['tail'] / 1e3:.1f}, busy/span "
+        f"{med['busy_frac']:.3f}, gap to next {med['gap_after'] / 1e3:.1f} us; program time "
+        f"~ {med['fixed_ns'] / 1e3:.1f} us + {med['per_tile_ns'] / 1e3:.2f} us/tile; tiles "
+        f"max/mean {med['tiles_max_over_mean']:.3f}"
+    )
+    return dict(shape=name, us_per_launch=t_plain, us_per_launch_timed=t_timed,
+                kv_bytes=kv_bytes, programs_per_head=n_prog, median=med)  # fmt: skip
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    rows = [run_shape(*s) for s in SHAPES]
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
