@@ -182,6 +182,25 @@ def test_fp8_cache_with_16_bit_queries():
         assert rel < 3e-3, (rel, mx)
 
 
+@pytest.mark.parametrize("frac", [0.0, 0.3, 1.0])
+@pytest.mark.parametrize("n_prog", [1, 3])
+def test_dynamic_sequences_equal_unified_and_reset_counters(frac, n_prog):
+    """The shortest sequences handed out through the atomic counters (graph padding among
+    them): the unified kernel's output bit for bit, twice in a row (each launch leaves the
+    counters at zero for the next), and the counters are zero after."""
+    b = Batch(ROWS, 4, 2, 32, 4, torch.float32, seed=5, pad_tokens=3, pad_seqs=3)
+    unified = pa.paged_attention(*_args(b), max_query_len=1, max_seq_len=72, config=UNIFIED)
+    lens = b.seq_lens + [0] * 3
+    order = torch.tensor(sorted(range(len(lens)), key=lambda i: -lens[i]), dtype=torch.int32)
+    for _ in range(2):
+        got = _persistent(b, n_prog, seq_order=order, dynamic_frac=frac)
+        assert torch.equal(got[: b.t], unified[: b.t])
+    assert pdk.dynamic_count(len(lens), 1, frac) == int(len(lens) * frac)
+    if frac:
+        assert not pdk.dynamic_counters(b.q.device, 2).any()
+    assert pdk.dynamic_count(len(lens), 2, frac) == 0  # split grids deal everything
+
+
 def _qk_batch(cache_dtype=None, dtype=torch.float32, seed=11):
     """A decode batch whose q/k/v are raw projections (views of one qkv buffer, as the
     model's), with Qwen3-style norm weights, rotary tables and each token's slot."""
@@ -310,7 +329,8 @@ for cache_dt in ("bf16", "fp8e4nv"):
     sig = dict(out_ptr="*bf16", q_ptr="*bf16", k_cache_ptr=f"*{cache_dt}",
                v_cache_ptr=f"*{cache_dt}", block_table_ptr="*i32", seq_lens_ptr="*i32",
                qsl_ptr="*i32", order_ptr="*i32", segm_acc_ptr="*fp32", segm_max_ptr="*fp32",
-               segm_sum_ptr="*fp32", qk_scale="fp32", out_scale="fp32", num_seqs="i32")
+               segm_sum_ptr="*fp32", qk_scale="fp32", out_scale="fp32", num_seqs="i32",
+               n_static="i32", ctr_ptr="*i32")
     for n in ("qt", "qh", "ot", "oh", "cb", "cs", "ch", "bt"):
         sig["stride_" + n] = "i32"
     sig.update(k_ptr="*bf16", v_ptr="*bf16", pos_ptr="*i64", slot_ptr="*i64", qw_ptr="*bf16",
@@ -325,7 +345,7 @@ for cache_dt in ("bf16", "fp8e4nv"):
     consts = dict(NUM_Q_HEADS=16, G=2, HEAD_DIM=128, DIM_P=128, BLOCK_SIZE=16, TILE=64,
                   BLOCK_M=16, MAX_ITEMS=8, NUM_SEGS=1 if fp8 else 4,
                   IEEE=False, K_ROWS=False, HAS_ORDER=True, FP8_PAIRS=fp8, FUSE_QK=fp8,
-                  BLOCK_G=2, HALF=64, FP8=fp8, TIMING=fp8)
+                  BLOCK_G=2, HALF=64, FP8=fp8, TIMING=fp8, DYNAMIC=fp8)
     names = list(sig) + list(consts)
     div16 = [n for n in sig if n.endswith("_ptr") or (n.startswith("stride") and n != "stride_bt")]
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in div16}

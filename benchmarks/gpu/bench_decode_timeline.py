@@ -11,6 +11,8 @@ span (first start to last end), start skew (last start - first start), end skew,
 the gap to the next launch's first start, and a least-squares fit of program time against
 its tiles (fixed ns per program + ns per tile). The graph time with and without the records
 shows what they cost. Qwen3-0.6B heads, bf16 cache, blocks shuffled over the pool.
+--dynamic: the shares of sequences handed out dynamically to compare (outputs checked
+against the first share's).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
-from check_attention import DTYPE, HKV, HQ, SCALE, D, make_batch  # noqa: E402
+from check_attention import DTYPE, HKV, HQ, SCALE, D, make_batch, rel_err  # noqa: E402
 from graph_timing import graph_time_us  # noqa: E402
 
 from strixlm.kernels import paged_attention as pa  # noqa: E402
@@ -81,7 +83,7 @@ def launch_stats(rec: torch.Tensor, next_start: float | None) -> dict:
     )
 
 
-def run_shape(name: str, ctxs: list[int]) -> dict:
+def run_shape(name: str, ctxs: list[int], dynamic_frac: float, want=None) -> dict:
     b = len(ctxs)
     rows = [(c - 1, 1) for c in ctxs]
     q, _, _, cache, md = make_batch(rows, DTYPE)
@@ -101,8 +103,13 @@ def run_shape(name: str, ctxs: list[int]) -> dict:
                 outs[i % 2], block_m=cfg.block_m, tile=cfg.tile, num_warps=cfg.num_warps,
                 num_stages=cfg.num_stages, k_rows=cfg.k_rows, sms=sms, seq_order=order,
                 num_programs=n_prog, timing=timing[i] if timed else None,
+                dynamic_frac=dynamic_frac,
             )  # fmt: skip
 
+    step(False)
+    torch.cuda.synchronize()
+    got = outs[(LAYERS - 1) % 2][:b].clone()
+    err = rel_err(got, want)[0] if want is not None else 0.0
     t_plain = graph_time_us(lambda: step(False)) / LAYERS
     t_timed = graph_time_us(lambda: step(True)) / LAYERS
     torch.cuda.synchronize()
@@ -113,26 +120,43 @@ def run_shape(name: str, ctxs: list[int]) -> dict:
     med = {k: statistics.median(p[k] for p in per if p[k] is not None) for k in per[0]}
     kv_bytes = sum(ctxs) * HKV * D * 2 * cache.element_size()
     print(
-        f"{name}: {t_plain:6.1f} us/launch in a {LAYERS}-launch graph "
+        f"{name}, dynamic {dynamic_frac:.2f}: {t_plain:6.1f} us/launch in a {LAYERS}-launch graph "
         f"({kv_bytes / t_plain / 1e6:.2f} TB/s; with records {t_timed:.1f}); span "
         f"{med['span'] / 1e3:.1f} us, start skew {med['start_skew'] / 1e3:.1f}, end skew "
         f"{med['end_skew'] / 1e3:.1f}, tail (last 10%) {med['tail'] / 1e3:.1f}, busy/span "
         f"{med['busy_frac']:.3f}, gap to next {med['gap_after'] / 1e3:.1f} us; program time "
         f"~ {med['fixed_ns'] / 1e3:.1f} us + {med['per_tile_ns'] / 1e3:.2f} us/tile; tiles "
-        f"max/mean {med['tiles_max_over_mean']:.3f}"
+        f"max/mean {med['tiles_max_over_mean']:.3f} (dealt); rel err vs dynamic 0 {err:.1e}"
     )
-    return dict(shape=name, us_per_launch=t_plain, us_per_launch_timed=t_timed,
-                kv_bytes=kv_bytes, programs_per_head=n_prog, median=med)  # fmt: skip
+    return dict(shape=name, dynamic_frac=dynamic_frac, us_per_launch=t_plain,
+                us_per_launch_timed=t_timed, kv_bytes=kv_bytes, programs_per_head=n_prog,
+                median=med, rel_err=err, out=got)  # fmt: skip
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
+    ap.add_argument(
+        "--dynamic",
+        type=float,
+        nargs="+",
+        default=[0.0, 0.25],
+        help="shares of sequences handed out dynamically, compared per shape",
+    )
     args = ap.parse_args()
-    rows = [run_shape(*s) for s in SHAPES]
+    rows, bad = [], []
+    for name, ctxs in SHAPES:
+        base = None
+        for frac in args.dynamic:
+            row = run_shape(name, ctxs, frac, base)
+            base = row["out"] if base is None else base
+            if row["rel_err"] > 1e-2:
+                bad.append((name, frac))
+            rows.append({k: v for k, v in row.items() if k != "out"})
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
-    return 0
+    print("outputs agree" if not bad else f"MISMATCH: {bad}")
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

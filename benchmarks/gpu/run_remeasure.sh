@@ -31,6 +31,9 @@
 #   final   session 7's closing figures (workload with split-K capped at 128 / 192, syncs,
 #           batch-1 step time, online serving)
 #   timeline  the persistent decode kernel's program timeline (bench_decode_timeline.py)
+#   dynamic the persistent grid handing its shortest sequences out dynamically: timeline at
+#           shares 0 / 0.25 / 0.4, greedy tokens vs HF with the grid forced at every batch,
+#           the workload with STRIXLM_ATTN_DYNAMIC_FRAC=0.25 / 0
 #   slowsteps  cProfile of the workload's slowest host steps (profile_slow_steps.py)
 #   tilecost  partly filled last KV tiles vs full ones (sweep_decode_attn --tile-cost)
 #   serve   the online benchmark only (500 x 512/128, burst)
@@ -124,6 +127,18 @@ if has final; then  # session 7's closing figures: workload (split-K cap 128, an
 fi
 if has timeline; then  # per-program start/end of 28 back-to-back persistent launches
   run timeline 200 python benchmarks/gpu/bench_decode_timeline.py --json "$OUT/timeline.json"
+fi
+if has dynamic; then  # the shortest sequences handed out dynamically in the persistent grid
+  run timeline_dyn 150 python benchmarks/gpu/bench_decode_timeline.py --dynamic 0 0.25 0.4 \
+    --json "$OUT/timeline_dynamic.json"
+  # Persistent grid at every decode batch: the tiny models' batches take the dynamic path.
+  STRIXLM_ATTN_PERSISTENT_MIN=0 run e2e_dyn 240 python benchmarks/gpu/check_e2e.py
+  run tp_warm 100 $TP --model qwen3-0.6b
+  for v in on1:0.25 off1:0 on2:0.25 off2:0; do
+    STRIXLM_ATTN_DYNAMIC_FRAC=${v#*:} run tp_dyn_${v%%:*} 100 $TP --model qwen3-0.6b \
+      --output-json "$OUT/tp_dyn_${v%%:*}.json"
+  done
+  grep "strixlm  " "$OUT"/tp_dyn_*.log
 fi
 if has slowsteps; then
   run slowsteps 150 python benchmarks/gpu/profile_slow_steps.py

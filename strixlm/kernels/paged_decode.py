@@ -75,6 +75,30 @@ PERSISTENT_STAGES = 2
 # sequence (x1.02 at batch 48 and 64 in the same sweep; four or more segments lost 1-10%
 # there, and below batch 33 the unified kernel's own split won). 0 disables the split.
 PERSISTENT_SPLIT_MIN_ITEMS = float(os.environ.get("STRIXLM_ATTN_PERSISTENT_SPLIT_MIN", "0.6"))
+# Share of the sequences (the shortest, last in the longest-first order) that unsplit grids
+# hand out dynamically instead of dealing them (0 = all dealt). bench_decode_timeline.py
+# (H200, 2026-12-01): with a static deal programs ended 13-58 us apart within 130-270 us
+# launches, even with identical tiles each (busy / span 0.87-0.96).
+DYNAMIC_FRAC = float(os.environ.get("STRIXLM_ATTN_DYNAMIC_FRAC", "0.25"))
+_COUNTERS: dict[tuple[torch.device, int], torch.Tensor] = {}
+
+
+def dynamic_counters(device: torch.device, num_kv_heads: int) -> torch.Tensor:
+    """int32 [2 * heads] zeros: per kv head, the next dynamic sequence and the programs
+    done; each launch leaves them at zero again. Allocated once per device (under a CUDA
+    graph capture the first allocation is part of the graph and zeroed by it)."""
+    key = (torch.device(device), num_kv_heads)
+    if key not in _COUNTERS:
+        _COUNTERS[key] = torch.zeros(2 * num_kv_heads, dtype=torch.int32, device=device)
+    return _COUNTERS[key]
+
+
+def dynamic_count(num_seqs: int, num_segs: int, dynamic_frac: float | None = None) -> int:
+    """Sequences handed out dynamically (unsplit grids only)."""
+    frac = DYNAMIC_FRAC if dynamic_frac is None else dynamic_frac
+    if num_segs != 1 or frac <= 0:
+        return 0
+    return min(num_seqs, int(num_seqs * frac))
 
 
 def persistent_programs(num_seqs: int, num_kv_heads: int, sms: int) -> int:
@@ -110,7 +134,7 @@ def persistent_segments(
 
 if HAS_TRITON:
 
-    @triton.jit(do_not_specialize=["num_seqs"])
+    @triton.jit(do_not_specialize=["num_seqs", "n_static"])
     def _paged_decode_persistent_kernel(
         out_ptr,
         q_ptr,
@@ -126,6 +150,8 @@ if HAS_TRITON:
         qk_scale,
         out_scale,
         num_seqs,
+        n_static,
+        ctr_ptr,
         stride_qt,
         stride_qh,
         stride_ot,
@@ -172,6 +198,7 @@ if HAS_TRITON:
         HALF: tl.constexpr,
         FP8: tl.constexpr,
         TIMING: tl.constexpr,
+        DYNAMIC: tl.constexpr,
     ):
         p = tl.program_id(0)
         n_prog = tl.num_programs(0)
@@ -179,11 +206,12 @@ if HAS_TRITON:
         if TIMING:  # a benchmark's timeline of the programs (bench_decode_timeline.py)
             t_start = globaltimer()
 
-        # This program's items (snake over the longest-first order; an item is a sequence,
-        # or one of its NUM_SEGS segments) and their tile ranges [los, los + tiles).
+        # This program's items (snake over the longest-first order of the first n_static
+        # sequences; an item is a sequence, or one of its NUM_SEGS segments) and their tile
+        # ranges [los, los + tiles). The rest (DYNAMIC) go to whichever program is free.
         idx = tl.arange(0, MAX_ITEMS)
         rank = idx * n_prog + tl.where(idx % 2 == 0, p, n_prog - 1 - p)
-        item_ok = rank < num_seqs * NUM_SEGS
+        item_ok = rank < n_static * NUM_SEGS
         seq_rank = rank // NUM_SEGS
         segs = rank % NUM_SEGS
         if HAS_ORDER:
@@ -262,6 +290,46 @@ if HAS_TRITON:
             acc = tl.where(last, 0.0, acc)
             m_i = tl.where(last, float("-inf"), m_i)
             l_i = tl.where(last, 0.0, l_i)
+        if DYNAMIC:
+            # The shortest sequences, one at a time, to the programs as they come free:
+            # programs with the same tiles end ~10% of a launch apart on the H200 (SMs run
+            # at different speeds), so a static deal alone ends with idle programs waiting.
+            heads = tl.num_programs(1)
+            i = tl.atomic_add(ctr_ptr + kv_head, 1, sem="relaxed")
+            while i < num_seqs - n_static:
+                r = n_static + i
+                if HAS_ORDER:
+                    seq = tl.load(order_ptr + r)
+                else:
+                    seq = r
+                tok_lo = tl.load(qsl_ptr + seq)
+                has_q = tl.load(qsl_ptr + seq + 1) > tok_lo  # graph padding: no query
+                seq_len = tl.where(has_q, tl.load(seq_lens_ptr + seq), 0)
+                tok = tok_lo.to(tl.int64)
+                q = load_q_rows(
+                    q_ptr, tok, head, stride_qt, stride_qh, offs_d, io_mask & has_q, k_cache_ptr
+                )  # fmt: skip
+                q_abs = tl.zeros([BLOCK_M], dtype=tl.int32) + (seq_len - 1)
+                bt_row_ptr = block_table_ptr + seq.to(tl.int64) * stride_bt
+                m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+                l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+                acc = tl.zeros([BLOCK_M, DIM_P], dtype=tl.float32)
+                for j in range(0, tl.cdiv(seq_len, TILE)):
+                    acc, m_i, l_i = _attn_step(
+                        acc, m_i, l_i, q, j, seq_len, q_abs, bt_row_ptr, k_cache_ptr,
+                        v_cache_ptr, head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d,
+                        HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, True, IEEE, K_ROWS,
+                        FP8_PAIRS,
+                    )  # fmt: skip
+                store_out_rows(out_ptr, tok, head, stride_ot, stride_oh, offs_d, acc, l_i,
+                               out_scale, io_mask & has_q)  # fmt: skip
+                i = tl.atomic_add(ctr_ptr + kv_head, 1, sem="relaxed")
+            # The last program out resets this head's counters for the next launch (every
+            # program has made its final grab before it counts itself out).
+            out_count = tl.atomic_add(ctr_ptr + heads + kv_head, 1, sem="relaxed")
+            if out_count == n_prog - 1:
+                tl.store(ctr_ptr + kv_head, 0)
+                tl.store(ctr_ptr + heads + kv_head, 0)
         if TIMING:  # per program: start and end (ns), SM, tiles walked
             rec = timing_ptr + (kv_head * n_prog + p).to(tl.int64) * 4
             tl.store(rec, t_start)
@@ -292,6 +360,7 @@ def paged_decode_persistent(
     num_segs: int = 1,
     qk: QKNormRopeWrite | None = None,
     timing: torch.Tensor | None = None,
+    dynamic_frac: float | None = None,
 ) -> torch.Tensor:
     """Decode attention (each sequence 0 or 1 query tokens) with the persistent grid; the
     arguments are paged_attention's. num_segs > 1 splits every sequence into that many
@@ -301,7 +370,8 @@ def paged_decode_persistent(
     qk (unsplit grids only): q and the step's k/v are raw projections; the kernel runs
     the q/k norm + rotary on them (q and k in place) and writes K/V to the cache first.
     timing (benchmarks, compiled only): int64 [num_kv_heads * programs * 4] receives each
-    program's start and end globaltimer (ns), SM id and tile count."""
+    program's start and end globaltimer (ns), SM id and tile count. dynamic_frac: the share
+    of sequences handed out dynamically (None: DYNAMIC_FRAC; unsplit grids only)."""
     _, hq, d = q.shape
     _, _, bs, hkv, _ = kv_cache.shape
     num_seqs = seq_lens.shape[0]
@@ -309,7 +379,10 @@ def paged_decode_persistent(
     assert block_m >= g
     items = num_seqs * num_segs
     n_prog = num_programs or persistent_programs(items, hkv, sms)
-    max_items = max(2, _pow2(-(-items // n_prog)))
+    # The fused q/k prologue covers the dealt sequences only: no dynamic ones with it.
+    n_dyn = dynamic_count(num_seqs, num_segs, dynamic_frac) if qk is None else 0
+    n_static = num_seqs - n_dyn
+    max_items = max(2, _pow2(-(-(n_static * num_segs) // n_prog)))
     if kv_cache.dtype != FP8_DTYPE:
         k_scale = v_scale = 1.0
     kc, vc = kv_cache[0], kv_cache[1]
@@ -336,6 +409,8 @@ def paged_decode_persistent(
         float(scale * k_scale * LOG2E),
         float(v_scale),
         num_seqs,
+        n_static,
+        dynamic_counters(q.device, hkv) if n_dyn else seq_lens,  # untouched without DYNAMIC
         *launch_strides(q, out, kc, block_table),
         *fuse,
         timing if timing is not None else seq_lens,  # unwritten without TIMING
@@ -357,6 +432,7 @@ def paged_decode_persistent(
         HALF=d // 2,
         FP8=kv_cache.dtype == FP8_DTYPE,
         TIMING=timing is not None,
+        DYNAMIC=n_dyn > 0,
         num_warps=num_warps,
         num_stages=num_stages,
     )
