@@ -172,7 +172,10 @@ def test_async_and_sync_scheduling_agree(tiny_llama_dir):
 
 def test_fp8_kv_cache(smollm2_dir, monkeypatch):
     """--kv-cache-dtype fp8: the cache holds e4m3 values (a quarter of fp32's bytes per
-    block) and greedy decoding of a real model stays with the full-precision cache."""
+    block) and a real model's predictions stay with the full-precision cache's: teacher-
+    forced on the full-precision greedy output, the fp8 engine ranks that token first at
+    nearly every position. (Comparing free-running greedy outputs measures where the first
+    near-tie flips, not the cache: one flipped token changes the whole rest.)"""
     # The fp8 kernels are checked against these references in test_triton_attention; here
     # the engine runs the torch references rather than the (slow) Triton interpreter.
     monkeypatch.setenv("STRIXLM_DISABLE_TRITON", "1")
@@ -186,8 +189,16 @@ def test_fp8_kv_cache(smollm2_dir, monkeypatch):
         [{"role": "user", "content": "What is the capital of France?"}],
         [{"role": "user", "content": "Name three colors."}],
     ]
-    params = SamplingParams(temperature=0, max_tokens=8)
-    ref = [o.outputs[0].token_ids for o in full.chat(msgs, params, use_tqdm=False)]
-    got = [o.outputs[0].token_ids for o in fp8.chat(msgs, params, use_tqdm=False)]
-    same = sum(a == b for g, r in zip(got, ref, strict=True) for a, b in zip(g, r, strict=False))
-    assert same >= 0.75 * sum(len(r) for r in ref), (got, ref)
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    refs = full.chat(msgs, params, use_tqdm=False)
+    seqs = [list(o.prompt_token_ids) + list(o.outputs[0].token_ids) for o in refs]
+    forced = fp8.generate(seqs, SamplingParams(max_tokens=1, prompt_logprobs=0), use_tqdm=False)
+    ranks = [
+        e.rank
+        for o, out in zip(refs, forced, strict=True)
+        for e in out.prompt_logprobs[len(o.prompt_token_ids) :]
+    ]
+    assert len(ranks) == 24
+    top1 = sum(r == 1 for r in ranks) / len(ranks)
+    assert top1 >= 0.9, ranks
+    assert max(ranks) <= 3, ranks  # where fp8 disagrees, the reference is a close second

@@ -54,6 +54,14 @@
 SECTIONS=${*:-checks}
 source benchmarks/gpu/lib.sh
 TP="python -m strixlm.benchmarks.throughput --dtype bfloat16 --device cuda --no-tqdm"
+ab_tp() {  # ENV_VAR PREFIX LABEL:VALUE...: the workload once per pair, alternating, with JSON
+  local var=$1 prefix=$2 v; shift 2
+  for v in "$@"; do
+    (export "$var=${v#*:}"; run "${prefix}_${v%%:*}" 100 $TP --model qwen3-0.6b \
+      --output-json "$OUT/${prefix}_${v%%:*}.json")
+  done
+  grep "strixlm  " "$OUT"/"${prefix}"_*.log
+}
 if has checks; then
   run glue 90 python benchmarks/gpu/check_glue_kernels.py
   run moe 150 python benchmarks/gpu/check_moe.py  # decode sizes take the one-program align
@@ -107,19 +115,12 @@ if has fusedqk; then  # q/k norm + rotary + K/V write inside the persistent deco
   # Persistent grid at every decode batch, so the tiny Qwen3 takes the fused path vs HF.
   STRIXLM_ATTN_FUSE_QK=1 STRIXLM_ATTN_PERSISTENT_MIN=0 run e2e_fused 240 python benchmarks/gpu/check_e2e.py
   run tp_warm 100 $TP --model qwen3-0.6b
-  for v in on1:1 off1:0 on2:1 off2:0; do
-    STRIXLM_ATTN_FUSE_QK=${v#*:} run tp_fuse_${v%%:*} 100 $TP --model qwen3-0.6b
-  done
-  grep "strixlm  " "$OUT"/tp_fuse_*.log
+  ab_tp STRIXLM_ATTN_FUSE_QK tp_fuse on1:1 off1:0 on2:1 off2:0
 fi
 if has final; then  # session 7's closing figures: workload (split-K cap 128, and 192 as an A/B),
   # host syncs at batch 256 and 64, batch-1 step time, online serving
   run tp_warm 100 $TP --model qwen3-0.6b
-  for v in a1:128 b1:192 a2:128 b2:192; do
-    STRIXLM_SPLITK_MAX_ROWS=${v#*:} run tp_final_${v%%:*} 100 $TP --model qwen3-0.6b \
-      --output-json "$OUT/tp_final_${v%%:*}.json"
-  done
-  grep "strixlm  " "$OUT"/tp_final_*.log
+  ab_tp STRIXLM_SPLITK_MAX_ROWS tp_final a1:128 b1:192 a2:128 b2:192
   run syncs 120 python benchmarks/gpu/check_syncs.py --num-requests 256
   run syncs64 120 python benchmarks/gpu/check_syncs.py --num-requests 64
   timeout 150 python benchmarks/gpu/profile_step.py --batch 1 --steps 50 2>&1 | grep "#####"
@@ -134,11 +135,7 @@ if has dynamic; then  # the shortest sequences handed out dynamically in the per
   # Persistent grid at every decode batch: the tiny models' batches take the dynamic path.
   STRIXLM_ATTN_PERSISTENT_MIN=0 run e2e_dyn 240 python benchmarks/gpu/check_e2e.py
   run tp_warm 100 $TP --model qwen3-0.6b
-  for v in on1:0.25 off1:0 on2:0.25 off2:0; do
-    STRIXLM_ATTN_DYNAMIC_FRAC=${v#*:} run tp_dyn_${v%%:*} 100 $TP --model qwen3-0.6b \
-      --output-json "$OUT/tp_dyn_${v%%:*}.json"
-  done
-  grep "strixlm  " "$OUT"/tp_dyn_*.log
+  ab_tp STRIXLM_ATTN_DYNAMIC_FRAC tp_dyn on1:0.25 off1:0 on2:0.25 off2:0
 fi
 if has slowsteps; then
   run slowsteps 150 python benchmarks/gpu/profile_slow_steps.py
@@ -172,10 +169,7 @@ if has tunable; then  # PyTorch TunableOp's cuBLASLt pick vs the default at the 
   run tunable 200 python benchmarks/gpu/bench_decode_gemm.py --tunableop --json "$OUT/gemm_tunableop.json"
 fi
 if has abpersist; then  # the workload with the persistent decode kernel on / off, alternating
-  for v in on1:1 off1:0 on2:1 off2:0; do
-    STRIXLM_ATTN_PERSISTENT=${v#*:} run tp_persist_${v%%:*} 100 $TP --model qwen3-0.6b
-  done
-  grep "strixlm  " "$OUT"/tp_persist_*.log
+  ab_tp STRIXLM_ATTN_PERSISTENT tp_persist on1:1 off1:0 on2:1 off2:0
 fi
 if has fp8pairs; then  # fp8 K/V read as byte pairs (opt-in until this runs): vs torch, then speed
   STRIXLM_ATTN_FP8_PAIRS=1 run attn_check_pairs 150 python benchmarks/gpu/check_attention.py --quick
@@ -203,10 +197,7 @@ if has splitk; then  # split-K o_proj/down GEMM + the reducing add/RMSNorm vs cu
 fi
 if has splitkab; then  # the workload with split-K o_proj / down on / off, alternating
   run tp_warm 100 $TP --model qwen3-0.6b  # fills Triton's cache (split-K kernels included)
-  for v in on1:128 off1:0 on2:128 off2:0; do
-    STRIXLM_SPLITK_MAX_ROWS=${v#*:} run tp_splitk_${v%%:*} 100 $TP --model qwen3-0.6b
-  done
-  grep "strixlm  " "$OUT"/tp_splitk_*.log
+  ab_tp STRIXLM_SPLITK_MAX_ROWS tp_splitk on1:128 off1:0 on2:128 off2:0
   for v in on:128 off:0; do  # decode steps at the batch sizes split-K covers
     STRIXLM_SPLITK_MAX_ROWS=${v#*:} timeout 150 python benchmarks/gpu/profile_step.py \
       --batch 16 32 64 128 --steps 40 2>&1 | grep "#####" | sed "s/^/splitk $v /"
