@@ -201,6 +201,19 @@ def test_dynamic_sequences_equal_unified_and_reset_counters(frac, n_prog):
     assert pdk.dynamic_count(len(lens), 2, frac) == 0  # split grids deal everything
 
 
+def test_no_dynamic_counters_allocated_inside_a_capture(monkeypatch):
+    """Counters first asked for during a CUDA graph capture are not made (their zeroing
+    would only run in the graph): that launch deals every sequence instead."""
+    monkeypatch.setattr(pdk, "_COUNTERS", {})
+    dev = torch.device("cuda")
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert pdk.dynamic_counters(dev, 2) is None and not pdk._COUNTERS
+    b = Batch(ROWS, 4, 2, 32, 4, torch.float32, seed=5)
+    unified = pa.paged_attention(*_args(b), max_query_len=1, max_seq_len=72, config=UNIFIED)
+    got = _persistent(b, 3, dynamic_frac=0.5)  # CPU tensors: allocated, used, reset
+    assert torch.equal(got[: b.t], unified[: b.t]) and len(pdk._COUNTERS) == 1
+
+
 def _qk_batch(cache_dtype=None, dtype=torch.float32, seed=11):
     """A decode batch whose q/k/v are raw projections (views of one qkv buffer, as the
     model's), with Qwen3-style norm weights, rotary tables and each token's slot."""

@@ -83,12 +83,16 @@ DYNAMIC_FRAC = float(os.environ.get("STRIXLM_ATTN_DYNAMIC_FRAC", "0.25"))
 _COUNTERS: dict[tuple[torch.device, int], torch.Tensor] = {}
 
 
-def dynamic_counters(device: torch.device, num_kv_heads: int) -> torch.Tensor:
+def dynamic_counters(device: torch.device, num_kv_heads: int) -> torch.Tensor | None:
     """int32 [2 * heads] zeros: per kv head, the next dynamic sequence and the programs
-    done; each launch leaves them at zero again. Allocated once per device (under a CUDA
-    graph capture the first allocation is part of the graph and zeroed by it)."""
+    done; each launch leaves them at zero again, so launches share them one after another
+    (not concurrently: two streams running the grid at once would race). Allocated once
+    per device, outside any CUDA graph capture: during a capture (before any eager call,
+    which the runners' warm-ups make first) there are none and the grid deals everything."""
     key = (torch.device(device), num_kv_heads)
     if key not in _COUNTERS:
+        if torch.device(device).type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return None  # a zeroing inside the graph would not run before eager calls
         _COUNTERS[key] = torch.zeros(2 * num_kv_heads, dtype=torch.int32, device=device)
     return _COUNTERS[key]
 
@@ -381,6 +385,9 @@ def paged_decode_persistent(
     n_prog = num_programs or persistent_programs(items, hkv, sms)
     # The fused q/k prologue covers the dealt sequences only: no dynamic ones with it.
     n_dyn = dynamic_count(num_seqs, num_segs, dynamic_frac) if qk is None else 0
+    counters = dynamic_counters(q.device, hkv) if n_dyn else None
+    if counters is None:
+        n_dyn = 0
     n_static = num_seqs - n_dyn
     max_items = max(2, _pow2(-(-(n_static * num_segs) // n_prog)))
     if kv_cache.dtype != FP8_DTYPE:
@@ -410,7 +417,7 @@ def paged_decode_persistent(
         float(v_scale),
         num_seqs,
         n_static,
-        dynamic_counters(q.device, hkv) if n_dyn else seq_lens,  # untouched without DYNAMIC
+        counters if n_dyn else seq_lens,  # untouched without DYNAMIC
         *launch_strides(q, out, kc, block_table),
         *fuse,
         timing if timing is not None else seq_lens,  # unwritten without TIMING
