@@ -233,7 +233,6 @@ def test_attention_dispatch(monkeypatch) -> None:
         monkeypatch.setattr(llama, "use_triton", lambda x: True)
         assert attn._fuse_qk_norm_rope(q)
         assert not attn._fuse_kv_write(q)  # no cache bound
-        assert attn._qk_norm_rope(positions, k, None, None) is None  # no write: in place
         attn._qk_norm_rope_inplace(positions, q, k)
     assert len(calls) == 1
     _assert_close(q, want_q)

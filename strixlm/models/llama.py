@@ -72,26 +72,20 @@ class Attention(nn.Module):
         q = q.view(t, self.num_heads, self.head_dim)
         k = k.view(t, self.num_kv_heads, self.head_dim)
         v = v.view(t, self.num_kv_heads, self.head_dim)
-        kv_written = False
         prologue = None  # the q/k norm + rotary + K/V write, left to the attention backend
         if self.qk_norm and self._fuse_qk_norm_rope(q):
-            # One in-place launch; with kv_written it also writes K/V to the cache.
-            kv_written = self._fuse_kv_write(q)
-            prologue = self._qk_norm_rope(positions, k, v if kv_written else None, md)
-            if prologue is None:
+            if self._fuse_kv_write(q):
+                # One launch that also writes K/V, which the backend runs (inside its decode
+                # kernel where that is opted in).
+                prologue = self._qk_norm_rope_write(positions, k, v, md)
+            else:
                 self._qk_norm_rope_inplace(positions, q, k)
-            elif not self.attn.accepts_qk_prologue:
-                prologue.run(q, self.kv_cache)
-                prologue = None
         elif self.qk_norm:
             q, k = self.rotary(positions, self.q_norm(q), self.k_norm(k))
         else:
             q, k = self.rotary(positions, q, k)
         if prologue is not None:
-            # The backend may run it inside its decode kernel (one launch fewer).
             o = self.attn.attend(q, self.kv_cache, md, qk_prologue=prologue)
-        elif kv_written:
-            o = self.attn.attend(q, self.kv_cache, md)
         else:
             o = self.attn.forward(q, k, v, self.kv_cache, md)
         o = o.reshape(t, self.q_size)
@@ -105,19 +99,18 @@ class Attention(nn.Module):
 
     def _fuse_kv_write(self, q: torch.Tensor) -> bool:
         """The cache write joins the fused launch when the backend's own write has the
-        kv_write kernel's semantics and would run that kernel here."""
+        kv_write kernel's semantics and would run that kernel here (its attend then takes
+        the launch as qk_prologue)."""
         return (
             self.kv_cache is not None
             and self.attn.kv_write_is_kernel_compatible
             and self.attn.use_triton(q.device)
         )
 
-    def _qk_norm_rope(self, positions, k, v, md: AttentionMetadata):
-        """The fused launch's arguments with the cache write (None without v)."""
+    def _qk_norm_rope_write(self, positions, k, v, md: AttentionMetadata):
+        """The fused launch with the cache write, as arguments for the backend's attend."""
         from strixlm.kernels.qk_norm_rope import QKNormRopeWrite
 
-        if v is None:
-            return None
         qn, kn, rot, attn = self.q_norm, self.k_norm, self.rotary, self.attn
         return QKNormRopeWrite(
             k, v, positions, qn.weight, kn.weight, qn.eps, rot.cos, rot.sin, md.slot_mapping,

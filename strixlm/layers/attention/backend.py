@@ -18,12 +18,10 @@ class AttentionBackend(ABC):
 
     name: str = "abstract"
     # True when this backend's cache write is exactly strixlm.kernels.kv_write's (layout,
-    # fp8 rounding and scales), so a fused kernel may do the write and call attend() alone
-    # (the Qwen3 q/k norm + rotary launch does; see models/llama.py).
+    # fp8 rounding and scales), so a fused kernel may do the write: attend() then takes the
+    # Qwen3 q/k norm + rotary + write as qk_prologue (a kernels.qk_norm_rope.QKNormRopeWrite,
+    # still to run on q and the step's K/V) and runs it first (see models/llama.py).
     kv_write_is_kernel_compatible: bool = False
-    # True when attend() takes qk_prologue (a kernels.qk_norm_rope.QKNormRopeWrite still
-    # to run on q and the step's K/V before attending).
-    accepts_qk_prologue: bool = False
 
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float) -> None:
         self.num_heads = num_heads

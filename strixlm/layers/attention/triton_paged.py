@@ -25,7 +25,6 @@ class TritonPagedAttention(AttentionBackend):
     # Reads only device metadata and host upper bounds: safe to capture in a CUDA graph.
     graph_safe = True
     kv_write_is_kernel_compatible = True  # it runs strixlm.kernels.kv_write itself
-    accepts_qk_prologue = True
     # Overridable per instance or class: None = heuristic, 1 = never split, n = n segments.
     num_splits: int | None = None
 
