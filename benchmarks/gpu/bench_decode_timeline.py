@@ -11,8 +11,10 @@ span (first start to last end), start skew (last start - first start), end skew,
 the gap to the next launch's first start, and a least-squares fit of program time against
 its tiles (fixed ns per program + ns per tile). The graph time with and without the records
 shows what they cost. Qwen3-0.6B heads, bf16 cache, blocks shuffled over the pool.
---dynamic: the shares of sequences handed out dynamically to compare (outputs checked
-against the first share's).
+--variants: the kernels to compare, outputs checked against the first one's: "deal:F"
+is paged_decode's dealt grid handing out the shortest share F of the sequences dynamically,
+"sk:D:C" the stream-K grid (paged_decode_streamk) with D dynamic tiles per program taken C
+at a time.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from graph_timing import graph_time_us  # noqa: E402
 
 from strixlm.kernels import paged_attention as pa  # noqa: E402
 from strixlm.kernels import paged_decode as pdk  # noqa: E402
+from strixlm.kernels import paged_decode_streamk as sk  # noqa: E402
 
 LAYERS = 28
 
@@ -49,6 +52,9 @@ SHAPES = [
     ("b192 spread200-2000", _spread(192, 200, 2000, 1)),
     ("b128 spread300-2000", _spread(128, 300, 2000, 2)),
     ("b96 spread500-2000", _spread(96, 500, 2000, 3)),
+    # The dealt grid splits these in two segments per sequence.
+    ("b64 spread600-2000", _spread(64, 600, 2000, 4)),
+    ("b48 spread700-2000", _spread(48, 700, 2000, 5)),
 ]
 
 
@@ -83,28 +89,38 @@ def launch_stats(rec: torch.Tensor, next_start: float | None) -> dict:
     )
 
 
-def run_shape(name: str, ctxs: list[int], dynamic_frac: float, want=None) -> dict:
+def run_shape(name: str, ctxs: list[int], variant: str, want=None) -> dict:
     b = len(ctxs)
     rows = [(c - 1, 1) for c in ctxs]
     q, _, _, cache, md = make_batch(rows, DTYPE)
     dev = q.device
     sms = pa.num_sms(dev)
     cfg = pa.select_config(HQ, HKV, D, b, 1, max(ctxs), sms)
-    assert cfg.persistent and cfg.num_splits == 1, cfg
-    n_prog = pdk.persistent_programs(b, HKV, sms)
+    assert cfg.persistent, cfg
+    kind, *knobs = variant.split(":")
+    if kind == "sk":
+        n_prog = sk.streamk_programs(HKV, sms, pdk.PERSISTENT_CTAS_PER_SM)
+        dyn, chunk = (int(k) for k in knobs)
+    else:
+        n_prog = pdk.persistent_programs(b * cfg.num_splits, HKV, sms)
+        frac = float(knobs[0])
     order = torch.tensor(sorted(range(b), key=lambda i: -ctxs[i]), dtype=torch.int32, device=dev)
     timing = torch.zeros((LAYERS, HKV * n_prog, 4), dtype=torch.int64, device=dev)
     outs = [torch.empty_like(q) for _ in range(2)]
 
     def step(timed: bool) -> None:
         for i in range(LAYERS):
-            pdk.paged_decode_persistent(
-                q, cache, md.query_start_loc, md.seq_lens, md.block_table, SCALE,
-                outs[i % 2], block_m=cfg.block_m, tile=cfg.tile, num_warps=cfg.num_warps,
-                num_stages=cfg.num_stages, k_rows=cfg.k_rows, sms=sms, seq_order=order,
-                num_programs=n_prog, timing=timing[i] if timed else None,
-                dynamic_frac=dynamic_frac,
-            )  # fmt: skip
+            args = (q, cache, md.query_start_loc, md.seq_lens, md.block_table, SCALE, outs[i % 2])
+            kw = dict(block_m=cfg.block_m, tile=cfg.tile, num_warps=cfg.num_warps,
+                      num_stages=cfg.num_stages, k_rows=cfg.k_rows, num_programs=n_prog,
+                      timing=timing[i] if timed else None)  # fmt: skip
+            if kind == "sk":
+                assert sk.paged_decode_streamk(*args, **kw, dyn_tiles=dyn, chunk=chunk) is not None
+            else:
+                pdk.paged_decode_persistent(
+                    *args, **kw, sms=sms, seq_order=order, dynamic_frac=frac,
+                    num_segs=cfg.num_splits,
+                )  # fmt: skip
 
     step(False)
     torch.cuda.synchronize()
@@ -120,15 +136,15 @@ def run_shape(name: str, ctxs: list[int], dynamic_frac: float, want=None) -> dic
     med = {k: statistics.median(p[k] for p in per if p[k] is not None) for k in per[0]}
     kv_bytes = sum(ctxs) * HKV * D * 2 * cache.element_size()
     print(
-        f"{name}, dynamic {dynamic_frac:.2f}: {t_plain:6.1f} us/launch in a {LAYERS}-launch graph "
+        f"{name}, {variant}: {t_plain:6.1f} us/launch in a {LAYERS}-launch graph "
         f"({kv_bytes / t_plain / 1e6:.2f} TB/s; with records {t_timed:.1f}); span "
         f"{med['span'] / 1e3:.1f} us, start skew {med['start_skew'] / 1e3:.1f}, end skew "
         f"{med['end_skew'] / 1e3:.1f}, tail (last 10%) {med['tail'] / 1e3:.1f}, busy/span "
         f"{med['busy_frac']:.3f}, gap to next {med['gap_after'] / 1e3:.1f} us; program time "
         f"~ {med['fixed_ns'] / 1e3:.1f} us + {med['per_tile_ns'] / 1e3:.2f} us/tile; tiles "
-        f"max/mean {med['tiles_max_over_mean']:.3f} (dealt); rel err vs dynamic 0 {err:.1e}"
+        f"max/mean {med['tiles_max_over_mean']:.3f} (walked); rel err vs the first {err:.1e}"
     )
-    return dict(shape=name, dynamic_frac=dynamic_frac, us_per_launch=t_plain,
+    return dict(shape=name, variant=variant, us_per_launch=t_plain,
                 us_per_launch_timed=t_timed, kv_bytes=kv_bytes, programs_per_head=n_prog,
                 median=med, rel_err=err, out=got)  # fmt: skip
 
@@ -137,21 +153,20 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
     ap.add_argument(
-        "--dynamic",
-        type=float,
+        "--variants",
         nargs="+",
-        default=[0.0, 0.25],
-        help="shares of sequences handed out dynamically, compared per shape",
+        default=["deal:0", "deal:0.25", "sk:4:2"],
+        help="kernels compared per shape (see the module docstring)",
     )
     args = ap.parse_args()
     rows, bad = [], []
     for name, ctxs in SHAPES:
         base = None
-        for frac in args.dynamic:
-            row = run_shape(name, ctxs, frac, base)
+        for variant in args.variants:
+            row = run_shape(name, ctxs, variant, base)
             base = row["out"] if base is None else base
             if row["rel_err"] > 1e-2:
-                bad.append((name, frac))
+                bad.append((name, variant))
             rows.append({k: v for k, v in row.items() if k != "out"})
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
