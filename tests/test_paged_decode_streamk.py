@@ -176,4 +176,3 @@ print("compiled")
 
 def test_streamk_kernel_compiles_for_sm90():
     assert_compiles(AOT_SCRIPT)
-

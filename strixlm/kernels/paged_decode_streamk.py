@@ -96,9 +96,7 @@ if HAS_TRITON:
     @triton.jit
     def _range_of(t, static, dyn_base, n_prog, CHUNK: tl.constexpr):
         # The range holding tile t: static ranges first, then the dynamic chunks.
-        return tl.where(
-            t < dyn_base, t // tl.maximum(static, 1), n_prog + (t - dyn_base) // CHUNK
-        )
+        return tl.where(t < dyn_base, t // tl.maximum(static, 1), n_prog + (t - dyn_base) // CHUNK)
 
     @triton.jit
     def _finish_part(
