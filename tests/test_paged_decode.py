@@ -25,7 +25,6 @@ from test_triton_attention import Batch, rel_err  # noqa: E402
 from strixlm.kernels import kv_write as kvw  # noqa: E402
 from strixlm.kernels import paged_attention as pa  # noqa: E402
 from strixlm.kernels import paged_decode as pdk  # noqa: E402
-from strixlm.kernels import paged_decode_streamk as sk  # noqa: E402
 from strixlm.kernels.qk_norm_rope import QKNormRopeWrite  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -88,9 +87,7 @@ def test_persistent_fp8_cache():
 
 
 def test_dispatch_through_paged_attention(monkeypatch):
-    """paged_attention routes a config with persistent=True to the persistent kernel (with
-    stream-K off: test_paged_decode_streamk covers that dispatch)."""
-    monkeypatch.setattr(sk, "STREAMK_MODE", 0)
+    """paged_attention routes a config with persistent=True to the persistent kernel."""
     b = Batch(ROWS, 4, 2, 32, 4, torch.float32, seed=8)
     cfg = pa.AttnConfig(16, 16, 4, 2, persistent=True)
     calls = []

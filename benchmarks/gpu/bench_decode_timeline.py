@@ -12,9 +12,8 @@ the gap to the next launch's first start, and a least-squares fit of program tim
 its tiles (fixed ns per program + ns per tile). The graph time with and without the records
 shows what they cost. Qwen3-0.6B heads, bf16 cache, blocks shuffled over the pool.
 --variants: the kernels to compare, outputs checked against the first one's: "deal:F"
-is paged_decode's dealt grid handing out the shortest share F of the sequences dynamically,
-"sk:D:C" the stream-K grid (paged_decode_streamk) with D dynamic tiles per program taken C
-at a time.
+is paged_decode's dealt grid handing out the shortest share F of the sequences dynamically
+(the only kind now: session 8 also had "sk:D:C", a stream-K grid since removed).
 """
 
 from __future__ import annotations
@@ -35,7 +34,6 @@ from graph_timing import graph_time_us  # noqa: E402
 
 from strixlm.kernels import paged_attention as pa  # noqa: E402
 from strixlm.kernels import paged_decode as pdk  # noqa: E402
-from strixlm.kernels import paged_decode_streamk as sk  # noqa: E402
 
 LAYERS = 28
 
@@ -73,6 +71,8 @@ def launch_stats(rec: torch.Tensor, next_start: float | None) -> dict:
     start, end = rec[:, 0].double(), rec[:, 1].double()
     tiles = rec[:, 3].double()
     live = tiles > 0
+    if not live.any():  # everything handed out dynamically: no dealt tiles recorded
+        live = tiles == 0
     dur = end - start
     span = float(end.max() - start.min())
     a, b = _fit(tiles[live].tolist(), dur[live].tolist())
@@ -85,7 +85,7 @@ def launch_stats(rec: torch.Tensor, next_start: float | None) -> dict:
         gap_after=(next_start - float(end.max())) if next_start is not None else None,
         fixed_ns=a,
         per_tile_ns=b,
-        tiles_max_over_mean=float(tiles.max() / tiles[live].mean()),
+        tiles_max_over_mean=float(tiles.max() / tiles[live].mean().clamp(min=1)),
     )
 
 
@@ -97,13 +97,9 @@ def run_shape(name: str, ctxs: list[int], variant: str, want=None) -> dict:
     sms = pa.num_sms(dev)
     cfg = pa.select_config(HQ, HKV, D, b, 1, max(ctxs), sms)
     assert cfg.persistent, cfg
-    kind, *knobs = variant.split(":")
-    if kind == "sk":
-        n_prog = sk.streamk_programs(HKV, sms, pdk.PERSISTENT_CTAS_PER_SM)
-        dyn, chunk = (int(k) for k in knobs)
-    else:
-        n_prog = pdk.persistent_programs(b * cfg.num_splits, HKV, sms)
-        frac = float(knobs[0])
+    kind, frac = variant.split(":")
+    assert kind == "deal", variant
+    n_prog = pdk.persistent_programs(b * cfg.num_splits, HKV, sms)
     order = torch.tensor(sorted(range(b), key=lambda i: -ctxs[i]), dtype=torch.int32, device=dev)
     timing = torch.zeros((LAYERS, HKV * n_prog, 4), dtype=torch.int64, device=dev)
     outs = [torch.empty_like(q) for _ in range(2)]
@@ -114,13 +110,10 @@ def run_shape(name: str, ctxs: list[int], variant: str, want=None) -> dict:
             kw = dict(block_m=cfg.block_m, tile=cfg.tile, num_warps=cfg.num_warps,
                       num_stages=cfg.num_stages, k_rows=cfg.k_rows, num_programs=n_prog,
                       timing=timing[i] if timed else None)  # fmt: skip
-            if kind == "sk":
-                assert sk.paged_decode_streamk(*args, **kw, dyn_tiles=dyn, chunk=chunk) is not None
-            else:
-                pdk.paged_decode_persistent(
-                    *args, **kw, sms=sms, seq_order=order, dynamic_frac=frac,
-                    num_segs=cfg.num_splits,
-                )  # fmt: skip
+            pdk.paged_decode_persistent(
+                *args, **kw, sms=sms, seq_order=order, dynamic_frac=float(frac),
+                num_segs=cfg.num_splits,
+            )  # fmt: skip
 
     step(False)
     torch.cuda.synchronize()
@@ -155,7 +148,7 @@ def main() -> int:
     ap.add_argument(
         "--variants",
         nargs="+",
-        default=["deal:0", "deal:0.25", "sk:4:2"],
+        default=["deal:0", "deal:0.25"],
         help="kernels compared per shape (see the module docstring)",
     )
     args = ap.parse_args()

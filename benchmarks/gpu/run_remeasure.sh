@@ -34,11 +34,6 @@
 #   dynamic the persistent grid handing its shortest sequences out dynamically: timeline at
 #           shares 0 / 0.25 / 0.4, greedy tokens vs HF with the grid forced at every batch,
 #           the workload with STRIXLM_ATTN_DYNAMIC_FRAC=0.25 / 0
-#   streamk stream-K decode attention (paged_decode_streamk): timelines of the dealt grid vs
-#           stream-K with four (dynamic tiles, chunk) settings, attention vs torch, greedy
-#           tokens vs HF with the persistent grid forced at every batch
-#   streamkab the workload with STRIXLM_ATTN_STREAMK=1 / 0 / 2 (2: also the split batches),
-#           alternating, twice each, after a warm-up run
 #   slowsteps  cProfile of the workload's slowest host steps (profile_slow_steps.py)
 #   tilecost  partly filled last KV tiles vs full ones (sweep_decode_attn --tile-cost)
 #   serve   the online benchmark only (500 x 512/128, burst)
@@ -141,16 +136,6 @@ if has dynamic; then  # the shortest sequences handed out dynamically in the per
   STRIXLM_ATTN_PERSISTENT_MIN=0 run e2e_dyn 240 python benchmarks/gpu/check_e2e.py
   run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_ATTN_DYNAMIC_FRAC tp_dyn on1:0.25 off1:0 on2:0.25 off2:0
-fi
-if has streamk; then  # stream-K decode attention vs the dealt grid, then correctness
-  run timeline_sk 300 python benchmarks/gpu/bench_decode_timeline.py \
-    --variants deal:0.25 sk:4:2 sk:8:2 sk:4:1 sk:8:4 --json "$OUT/timeline_streamk.json"
-  run attn_sk 150 python benchmarks/gpu/check_attention.py --quick
-  STRIXLM_ATTN_PERSISTENT_MIN=0 run e2e_sk 240 python benchmarks/gpu/check_e2e.py
-fi
-if has streamkab; then
-  run tp_warm 100 $TP --model qwen3-0.6b
-  ab_tp STRIXLM_ATTN_STREAMK tp_sk on1:1 off1:0 split1:2 on2:1 off2:0 split2:2
 fi
 if has slowsteps; then
   run slowsteps 150 python benchmarks/gpu/profile_slow_steps.py

@@ -565,22 +565,8 @@ def paged_attention(
     if qk_prologue is not None and not fuse_qk:
         qk_prologue.run(q, kv_cache)
     if persistent:
-        from strixlm.kernels.paged_decode import PERSISTENT_CTAS_PER_SM, paged_decode_persistent
-        from strixlm.kernels.paged_decode_streamk import (
-            paged_decode_streamk,
-            streamk_programs,
-            use_streamk,
-        )
+        from strixlm.kernels.paged_decode import paged_decode_persistent
 
-        if not fuse_qk and use_streamk(num_seqs, cfg.num_splits):
-            got = paged_decode_streamk(
-                q, kv_cache, query_start_loc, seq_lens, block_table, scale, out,
-                block_m=cfg.block_m, tile=cfg.tile, num_warps=cfg.num_warps,
-                num_stages=cfg.num_stages, k_rows=cfg.k_rows, k_scale=k_scale, v_scale=v_scale,
-                num_programs=streamk_programs(hkv, num_sms(q.device), PERSISTENT_CTAS_PER_SM),
-            )  # fmt: skip
-            if got is not None:
-                return got
         return paged_decode_persistent(
             q, kv_cache, query_start_loc, seq_lens, block_table, scale, out,
             block_m=cfg.block_m, tile=cfg.tile, num_warps=cfg.num_warps,
