@@ -195,10 +195,25 @@ def test_dynamic_sequences_equal_unified_and_reset_counters(frac, n_prog):
     for _ in range(2):
         got = _persistent(b, n_prog, seq_order=order, dynamic_frac=frac)
         assert torch.equal(got[: b.t], unified[: b.t])
-    assert pdk.dynamic_count(len(lens), 1, frac) == int(len(lens) * frac)
+    assert pdk.dynamic_count(len(lens), frac) == int(len(lens) * frac)
     if frac:
         assert not pdk.dynamic_counters(b.q.device, 2).any()
-    assert pdk.dynamic_count(len(lens), 2, frac) == 0  # split grids deal everything
+
+
+@pytest.mark.parametrize(("segs", "frac", "n_prog"), [(2, 0.5, 3), (2, 1.0, 4), (4, 0.3, 5)])
+def test_dynamic_segments_equal_unified_split(segs, frac, n_prog):
+    """Split grids hand out the segments of their shortest sequences (empty segments of
+    short sequences and graph padding among them): the unified kernel's split path bit for
+    bit, twice in a row, and the counters are zero after."""
+    b = Batch(ROWS, 4, 2, 32, 4, torch.float32, seed=9, pad_tokens=3, pad_seqs=3)
+    cfg = pa.AttnConfig(16, 16, 4, 2, segs)
+    unified = pa.paged_attention(*_args(b), max_query_len=1, max_seq_len=72, config=cfg)
+    lens = b.seq_lens + [0] * 3
+    order = torch.tensor(sorted(range(len(lens)), key=lambda i: -lens[i]), dtype=torch.int32)
+    for _ in range(2):
+        got = _persistent(b, n_prog, seq_order=order, num_segs=segs, dynamic_frac=frac)
+        assert torch.equal(got[: b.t], unified[: b.t])
+    assert not pdk.dynamic_counters(b.q.device, 2).any()
 
 
 def test_no_dynamic_counters_allocated_inside_a_capture(monkeypatch):
@@ -353,12 +368,12 @@ for cache_dt in ("bf16", "fp8e4nv"):
         sig[n] = "i32"
     sig.update(qk_eps="fp32", k_scale="fp32", v_scale="fp32", timing_ptr="*i64")
     # The bf16 cache compiles the split grid without the q/k prologue, fp8 the unsplit
-    # grid with it (the prologue's fp8 cache write included).
+    # grid with it (the prologue's fp8 cache write included); both with dynamic items.
     fp8 = cache_dt == "fp8e4nv"
     consts = dict(NUM_Q_HEADS=16, G=2, HEAD_DIM=128, DIM_P=128, BLOCK_SIZE=16, TILE=64,
                   BLOCK_M=16, MAX_ITEMS=8, NUM_SEGS=1 if fp8 else 4,
                   IEEE=False, K_ROWS=False, HAS_ORDER=True, FP8_PAIRS=fp8, FUSE_QK=fp8,
-                  BLOCK_G=2, HALF=64, FP8=fp8, TIMING=fp8, DYNAMIC=fp8)
+                  BLOCK_G=2, HALF=64, FP8=fp8, TIMING=fp8, DYNAMIC=True)
     names = list(sig) + list(consts)
     div16 = [n for n in sig if n.endswith("_ptr") or (n.startswith("stride") and n != "stride_bt")]
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in div16}

@@ -34,6 +34,9 @@
 #   dynamic the persistent grid handing its shortest sequences out dynamically: timeline at
 #           shares 0 / 0.25 / 0.4, greedy tokens vs HF with the grid forced at every batch,
 #           the workload with STRIXLM_ATTN_DYNAMIC_FRAC=0.25 / 0
+#   dynfrac split grids hand out their shortest sequences' segments too: timelines at shares
+#           0.25 / 0.6 / 1.0 (b64 and b48 take the split grid), attention vs torch, then the
+#           workload with STRIXLM_ATTN_DYNAMIC_FRAC=0.6 / 0.25, alternating, twice each
 #   slowsteps  cProfile of the workload's slowest host steps (profile_slow_steps.py)
 #   tilecost  partly filled last KV tiles vs full ones (sweep_decode_attn --tile-cost)
 #   serve   the online benchmark only (500 x 512/128, burst)
@@ -136,6 +139,13 @@ if has dynamic; then  # the shortest sequences handed out dynamically in the per
   STRIXLM_ATTN_PERSISTENT_MIN=0 run e2e_dyn 240 python benchmarks/gpu/check_e2e.py
   run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_ATTN_DYNAMIC_FRAC tp_dyn on1:0.25 off1:0 on2:0.25 off2:0
+fi
+if has dynfrac; then
+  run timeline_frac 200 python benchmarks/gpu/bench_decode_timeline.py \
+    --variants deal:0.25 deal:0.6 deal:1.0 --json "$OUT/timeline_frac.json"
+  run attn 150 python benchmarks/gpu/check_attention.py --quick
+  run tp_warm 100 $TP --model qwen3-0.6b
+  ab_tp STRIXLM_ATTN_DYNAMIC_FRAC tp_frac a1:0.6 b1:0.25 a2:0.6 b2:0.25
 fi
 if has slowsteps; then
   run slowsteps 150 python benchmarks/gpu/profile_slow_steps.py

@@ -19,6 +19,10 @@ deal the (sequence, segment) items instead; each segment writes a partial row (u
 output, running max and sum) that paged_attention's merge kernel combines, as the unified
 kernel's split path does.
 
+The shortest sequences (DYNAMIC_FRAC of them) are not dealt: their items go one at a time,
+through a per-head atomic counter, to whichever program has finished its dealt tiles, each
+walked by its own loop over its tiles (bit-equal to the dealt walk).
+
 Decode only: each sequence has 0 (graph padding, skipped) or 1 query token. The grid and
 MAX_ITEMS depend only on host ints, so the launch is CUDA-graph safe with padded batches.
 """
@@ -75,10 +79,10 @@ PERSISTENT_STAGES = 2
 # sequence (x1.02 at batch 48 and 64 in the same sweep; four or more segments lost 1-10%
 # there, and below batch 33 the unified kernel's own split won). 0 disables the split.
 PERSISTENT_SPLIT_MIN_ITEMS = float(os.environ.get("STRIXLM_ATTN_PERSISTENT_SPLIT_MIN", "0.6"))
-# Share of the sequences (the shortest, last in the longest-first order) that unsplit grids
-# hand out dynamically instead of dealing them (0 = all dealt). bench_decode_timeline.py
-# (H200, 2026-12-01): with a static deal programs ended 13-58 us apart within 130-270 us
-# launches, even with identical tiles each (busy / span 0.87-0.96).
+# Share of the sequences (the shortest, last in the longest-first order) whose items are
+# handed out dynamically instead of dealt (0 = all dealt). bench_decode_timeline.py (H200,
+# 2026-12-01): with a static deal programs ended 13-58 us apart within 130-270 us launches,
+# even with identical tiles each (busy / span 0.87-0.96).
 DYNAMIC_FRAC = float(os.environ.get("STRIXLM_ATTN_DYNAMIC_FRAC", "0.25"))
 _COUNTERS: dict[tuple[torch.device, int], torch.Tensor] = {}
 
@@ -97,10 +101,10 @@ def dynamic_counters(device: torch.device, num_kv_heads: int) -> torch.Tensor | 
     return _COUNTERS[key]
 
 
-def dynamic_count(num_seqs: int, num_segs: int, dynamic_frac: float | None = None) -> int:
-    """Sequences handed out dynamically (unsplit grids only)."""
+def dynamic_count(num_seqs: int, dynamic_frac: float | None = None) -> int:
+    """Sequences whose items (the sequence, or its segments) are handed out dynamically."""
     frac = DYNAMIC_FRAC if dynamic_frac is None else dynamic_frac
-    if num_segs != 1 or frac <= 0:
+    if frac <= 0:
         return 0
     return min(num_seqs, int(num_seqs * frac))
 
@@ -295,13 +299,13 @@ if HAS_TRITON:
             m_i = tl.where(last, float("-inf"), m_i)
             l_i = tl.where(last, 0.0, l_i)
         if DYNAMIC:
-            # The shortest sequences, one at a time, to the programs as they come free:
-            # programs with the same tiles end ~10% of a launch apart on the H200 (SMs run
-            # at different speeds), so a static deal alone ends with idle programs waiting.
+            # The shortest sequences' items, one at a time, to the programs as they come
+            # free: programs with the same tiles end ~10% of a launch apart on the H200 (SMs
+            # run at different speeds), so a static deal alone ends with idle programs.
             heads = tl.num_programs(1)
             i = tl.atomic_add(ctr_ptr + kv_head, 1, sem="relaxed")
-            while i < num_seqs - n_static:
-                r = n_static + i
+            while i < (num_seqs - n_static) * NUM_SEGS:
+                r = n_static + i // NUM_SEGS
                 if HAS_ORDER:
                     seq = tl.load(order_ptr + r)
                 else:
@@ -318,15 +322,25 @@ if HAS_TRITON:
                 m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
                 l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
                 acc = tl.zeros([BLOCK_M, DIM_P], dtype=tl.float32)
-                for j in range(0, tl.cdiv(seq_len, TILE)):
+                seq_tiles = tl.cdiv(seq_len, TILE)
+                seg_tiles = tl.cdiv(seq_tiles, NUM_SEGS)
+                j_lo = (i % NUM_SEGS) * seg_tiles
+                for j in range(j_lo, tl.minimum(j_lo + seg_tiles, seq_tiles)):
                     acc, m_i, l_i = _attn_step(
                         acc, m_i, l_i, q, j, seq_len, q_abs, bt_row_ptr, k_cache_ptr,
                         v_cache_ptr, head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d,
                         HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, True, IEEE, K_ROWS,
                         FP8_PAIRS,
                     )  # fmt: skip
-                store_out_rows(out_ptr, tok, head, stride_ot, stride_oh, offs_d, acc, l_i,
-                               out_scale, io_mask & has_q)  # fmt: skip
+                if NUM_SEGS > 1:  # the segment's partial row (an empty one: max -inf, sum 0)
+                    row = (tok * NUM_Q_HEADS + head) * NUM_SEGS + i % NUM_SEGS
+                    store_segment_partial(
+                        segm_acc_ptr, segm_max_ptr, segm_sum_ptr, row, row_ok & has_q,
+                        j_lo < seq_tiles, acc, m_i, l_i, offs_d, DIM_P,
+                    )  # fmt: skip
+                else:
+                    store_out_rows(out_ptr, tok, head, stride_ot, stride_oh, offs_d, acc, l_i,
+                                   out_scale, io_mask & has_q)  # fmt: skip
                 i = tl.atomic_add(ctr_ptr + kv_head, 1, sem="relaxed")
             # The last program out resets this head's counters for the next launch (every
             # program has made its final grab before it counts itself out).
@@ -375,7 +389,7 @@ def paged_decode_persistent(
     the q/k norm + rotary on them (q and k in place) and writes K/V to the cache first.
     timing (benchmarks, compiled only): int64 [num_kv_heads * programs * 4] receives each
     program's start and end globaltimer (ns), SM id and tile count. dynamic_frac: the share
-    of sequences handed out dynamically (None: DYNAMIC_FRAC; unsplit grids only)."""
+    of sequences whose items are handed out dynamically (None: DYNAMIC_FRAC)."""
     _, hq, d = q.shape
     _, _, bs, hkv, _ = kv_cache.shape
     num_seqs = seq_lens.shape[0]
@@ -384,7 +398,7 @@ def paged_decode_persistent(
     items = num_seqs * num_segs
     n_prog = num_programs or persistent_programs(items, hkv, sms)
     # The fused q/k prologue covers the dealt sequences only: no dynamic ones with it.
-    n_dyn = dynamic_count(num_seqs, num_segs, dynamic_frac) if qk is None else 0
+    n_dyn = dynamic_count(num_seqs, dynamic_frac) if qk is None else 0
     counters = dynamic_counters(q.device, hkv) if n_dyn else None
     if counters is None:
         n_dyn = 0
