@@ -54,6 +54,21 @@ def test_gemv_fp32_output_from_bf16_rows_and_fp32_weight():
     torch.testing.assert_close(out, x.float() @ w.t(), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("m,k", [(1, 64), (3, 64), (8, 80)])
+def test_gemv_silu_mul_prologue(m, k):
+    """x = [gate | up]: the product with silu_and_mul(x) computed as the kernel loads it is
+    the GEMV of the separate silu_and_mul kernel's output, bit for bit (k 80: masked K)."""
+    from strixlm.kernels.activation import silu_and_mul
+
+    g = torch.Generator().manual_seed(k + m)
+    gu = torch.randn(m, 2 * k, generator=g).bfloat16()
+    w = torch.randn(40, k, generator=g).bfloat16()
+    fused = gk.gemv(gu, w, block_k=32, silu_mul=True)
+    assert torch.equal(fused, gk.gemv(silu_and_mul(gu), w, block_k=32))
+    ref = gk.gemv_ref(torch.nn.functional.silu(gu[:, :k]) * gu[:, k:], w, None).float()
+    assert (fused.float() - ref).norm() < 3e-2 * ref.norm()  # bf16 roundings apart
+
+
 def test_gemv_rejects_too_many_rows():
     with pytest.raises(AssertionError):
         gk.gemv(torch.randn(gk.MAX_ROWS + 1, 16), torch.randn(8, 16))
@@ -64,7 +79,8 @@ from strixlm.kernels import gemv as gk
 sig = dict(out_ptr="*bf16", x_ptr="*bf16", w_ptr="*bf16", b_ptr="*bf16", N="i32", K="i32",
            stride_xm="i32", stride_wn="i32", stride_om="i32")
 for m in (1, 3, 8):
-    consts = dict(M=m, HAS_BIAS=m == 3, BLOCK_N=16, BLOCK_K=512, EVEN_K=m != 8, RELU2=m == 1)
+    consts = dict(M=m, HAS_BIAS=m == 3, BLOCK_N=16, BLOCK_K=512, EVEN_K=m != 8, RELU2=m == 1,
+                  SILU_MUL=m != 1)
     src = ASTSource(gk._gemv_kernel, {**sig, **{k: "constexpr" for k in consts}}, consts)
     triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
 print("compiled")

@@ -37,6 +37,9 @@
 #   dynfrac split grids hand out their shortest sequences' segments too: timelines at shares
 #           0.25 / 0.6 / 1.0 (b64 and b48 take the split grid), attention vs torch, then the
 #           workload with STRIXLM_ATTN_DYNAMIC_FRAC=0.6 / 0.25, alternating, twice each
+#   silufuse the down projection computing silu_and_mul as it loads (GEMV at M <= 8, split-K
+#           at 8 < M <= 128): greedy tokens vs HF, then the workload with
+#           STRIXLM_FUSE_SILU_DOWN=1 / 0, alternating, twice each
 #   slowsteps  cProfile of the workload's slowest host steps (profile_slow_steps.py)
 #   tilecost  partly filled last KV tiles vs full ones (sweep_decode_attn --tile-cost)
 #   serve   the online benchmark only (500 x 512/128, burst)
@@ -146,6 +149,11 @@ if has dynfrac; then
   run attn 150 python benchmarks/gpu/check_attention.py --quick
   run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_ATTN_DYNAMIC_FRAC tp_frac a1:0.6 b1:0.25 a2:0.6 b2:0.25
+fi
+if has silufuse; then
+  run e2e 240 python benchmarks/gpu/check_e2e.py
+  run tp_warm 100 $TP --model qwen3-0.6b
+  ab_tp STRIXLM_FUSE_SILU_DOWN tp_silu on1:1 off1:0 on2:1 off2:0
 fi
 if has slowsteps; then
   run slowsteps 150 python benchmarks/gpu/profile_slow_steps.py

@@ -12,6 +12,15 @@ import triton.language as tl
 
 
 @triton.jit
+def silu_mul(g, u):
+    """silu(g) * u in g's dtype, rounded as the torch ops round it; shared with the GEMV and
+    split-K kernels, which apply it to their input as they load it."""
+    gf = g.to(tl.float32)
+    s = (gf / (1.0 + tl.exp(-gf))).to(g.dtype)
+    return (s.to(tl.float32) * u.to(tl.float32)).to(g.dtype)
+
+
+@triton.jit
 def _silu_and_mul_kernel(x_ptr, out_ptr, n_cols, x_stride, o_stride, BLOCK: tl.constexpr):
     # Grid (rows, column blocks): wide intermediates keep many SMs busy even at T = 1.
     row = tl.program_id(0).to(tl.int64)
@@ -20,10 +29,7 @@ def _silu_and_mul_kernel(x_ptr, out_ptr, n_cols, x_stride, o_stride, BLOCK: tl.c
     x_row = x_ptr + row * x_stride
     g = tl.load(x_row + cols, mask=mask, other=0.0)
     u = tl.load(x_row + n_cols + cols, mask=mask, other=0.0)
-    gf = g.to(tl.float32)
-    s = (gf / (1.0 + tl.exp(-gf))).to(g.dtype)
-    y = s.to(tl.float32) * u.to(tl.float32)
-    tl.store(out_ptr + row * o_stride + cols, y.to(g.dtype), mask=mask)
+    tl.store(out_ptr + row * o_stride + cols, silu_mul(g, u), mask=mask)
 
 
 def silu_and_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:

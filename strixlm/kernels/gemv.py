@@ -18,6 +18,8 @@ if HAS_TRITON:
     import triton
     import triton.language as tl
 
+    from strixlm.kernels.activation import silu_mul
+
 # Rows of x the kernel handles; above this the GEMM libraries win.
 MAX_ROWS = 8
 
@@ -57,6 +59,7 @@ if HAS_TRITON:
         BLOCK_K: tl.constexpr,
         EVEN_K: tl.constexpr,
         RELU2: tl.constexpr,
+        SILU_MUL: tl.constexpr,
     ):
         pid = tl.program_id(0)
         offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -75,29 +78,27 @@ if HAS_TRITON:
             kk = k0 + offs_k
             if EVEN_K:
                 w = tl.load(w_rows + kk[None, :], mask=n_ok[:, None], other=0.0).to(tl.float32)
-                x0 = tl.load(x_ptr + kk).to(tl.float32)
             else:
                 k_ok = kk < K
                 w = tl.load(w_rows + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0).to(
                     tl.float32
                 )
-                x0 = tl.load(x_ptr + kk, mask=k_ok, other=0.0).to(tl.float32)
-            acc0 += tl.sum(w * x0[None, :], axis=1)
+            acc0 += tl.sum(w * _row(x_ptr, 0, stride_xm, kk, K, EVEN_K, SILU_MUL)[None, :], axis=1)
             # Further rows reuse the loaded weight chunk (M is a compile-time constant).
             if M > 1:
-                acc1 += tl.sum(w * _row(x_ptr, 1, stride_xm, kk, K, EVEN_K)[None, :], axis=1)
+                acc1 += tl.sum(w * _row(x_ptr, 1, stride_xm, kk, K, EVEN_K, SILU_MUL)[None, :], 1)
             if M > 2:
-                acc2 += tl.sum(w * _row(x_ptr, 2, stride_xm, kk, K, EVEN_K)[None, :], axis=1)
+                acc2 += tl.sum(w * _row(x_ptr, 2, stride_xm, kk, K, EVEN_K, SILU_MUL)[None, :], 1)
             if M > 3:
-                acc3 += tl.sum(w * _row(x_ptr, 3, stride_xm, kk, K, EVEN_K)[None, :], axis=1)
+                acc3 += tl.sum(w * _row(x_ptr, 3, stride_xm, kk, K, EVEN_K, SILU_MUL)[None, :], 1)
             if M > 4:
-                acc4 += tl.sum(w * _row(x_ptr, 4, stride_xm, kk, K, EVEN_K)[None, :], axis=1)
+                acc4 += tl.sum(w * _row(x_ptr, 4, stride_xm, kk, K, EVEN_K, SILU_MUL)[None, :], 1)
             if M > 5:
-                acc5 += tl.sum(w * _row(x_ptr, 5, stride_xm, kk, K, EVEN_K)[None, :], axis=1)
+                acc5 += tl.sum(w * _row(x_ptr, 5, stride_xm, kk, K, EVEN_K, SILU_MUL)[None, :], 1)
             if M > 6:
-                acc6 += tl.sum(w * _row(x_ptr, 6, stride_xm, kk, K, EVEN_K)[None, :], axis=1)
+                acc6 += tl.sum(w * _row(x_ptr, 6, stride_xm, kk, K, EVEN_K, SILU_MUL)[None, :], 1)
             if M > 7:
-                acc7 += tl.sum(w * _row(x_ptr, 7, stride_xm, kk, K, EVEN_K)[None, :], axis=1)
+                acc7 += tl.sum(w * _row(x_ptr, 7, stride_xm, kk, K, EVEN_K, SILU_MUL)[None, :], 1)
         if HAS_BIAS:
             bias = tl.load(b_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)
         else:
@@ -129,10 +130,23 @@ if HAS_TRITON:
         return y
 
     @triton.jit
-    def _row(x_ptr, m: tl.constexpr, stride_xm, kk, K, EVEN_K: tl.constexpr):
-        if EVEN_K:
-            return tl.load(x_ptr + m * stride_xm + kk).to(tl.float32)
-        return tl.load(x_ptr + m * stride_xm + kk, mask=kk < K, other=0.0).to(tl.float32)
+    def _row(
+        x_ptr, m: tl.constexpr, stride_xm, kk, K, EVEN_K: tl.constexpr, SILU_MUL: tl.constexpr
+    ):
+        # Row m of x at columns kk, in fp32; SILU_MUL: x is [gate | up] (2K wide) and the
+        # row is silu(gate) * up there, as silu_and_mul would have written it.
+        ptrs = x_ptr + m * stride_xm + kk
+        if SILU_MUL:
+            if EVEN_K:
+                x = silu_mul(tl.load(ptrs), tl.load(ptrs + K))
+            else:
+                x = silu_mul(tl.load(ptrs, mask=kk < K, other=0.0),
+                             tl.load(ptrs + K, mask=kk < K, other=0.0))  # fmt: skip
+        elif EVEN_K:
+            x = tl.load(ptrs)
+        else:
+            x = tl.load(ptrs, mask=kk < K, other=0.0)
+        return x.to(tl.float32)
 
 
 def gemv(
@@ -144,17 +158,20 @@ def gemv(
     *,
     out_dtype: torch.dtype | None = None,
     relu2: bool = False,
+    silu_mul: bool = False,
 ) -> torch.Tensor:
     """x [M <= MAX_ROWS, K] @ weight[N, K].T (+ bias) -> [M, N] in out_dtype (x's dtype by
-    default), optionally followed by relu(y)^2 in the same launch."""
+    default), optionally followed by relu(y)^2 in the same launch. silu_mul: x is
+    [gate | up], [M, 2K], and the product takes silu_and_mul(x) (computed as it loads)."""
     if block_n is None:
         # Enough programs to cover every SM about twice (narrow outputs get narrower blocks).
         block_n = 16
         while block_n > 4 and triton.cdiv(weight.shape[0], block_n) < 264:
             block_n //= 2
     m, k = x.shape
+    k = k // 2 if silu_mul else k
     n, k2 = weight.shape
-    assert k == k2 and 1 <= m <= MAX_ROWS, (x.shape, weight.shape)
+    assert k == k2 and 1 <= m <= MAX_ROWS, (x.shape, weight.shape, silu_mul)
     assert x.stride(1) == 1 and weight.stride(1) == 1
     out = torch.empty((m, n), dtype=out_dtype or x.dtype, device=x.device)
     block_k = min(block_k, triton.next_power_of_2(k))
@@ -174,6 +191,7 @@ def gemv(
         BLOCK_K=block_k,
         EVEN_K=k % block_k == 0,
         RELU2=relu2,
+        SILU_MUL=silu_mul,
         num_warps=4,
     )
     return out

@@ -83,7 +83,7 @@ PERSISTENT_SPLIT_MIN_ITEMS = float(os.environ.get("STRIXLM_ATTN_PERSISTENT_SPLIT
 # handed out dynamically instead of dealt (0 = all dealt). bench_decode_timeline.py (H200,
 # 2026-12-01): with a static deal programs ended 13-58 us apart within 130-270 us launches,
 # even with identical tiles each (busy / span 0.87-0.96).
-DYNAMIC_FRAC = float(os.environ.get("STRIXLM_ATTN_DYNAMIC_FRAC", "0.25"))
+DYNAMIC_FRAC = float(os.environ.get("STRIXLM_ATTN_DYNAMIC_FRAC", "0.6"))
 _COUNTERS: dict[tuple[torch.device, int], torch.Tensor] = {}
 
 

@@ -12,9 +12,12 @@ from torch import nn
 from strixlm.kernels import gemv as gemv_kernel
 from strixlm.kernels import splitk_linear as splitk
 from strixlm.kernels.dispatch import use_triton
+from strixlm.layers.activation import silu_and_mul
 from strixlm.layers.splitk_partials import SplitKPartials
 
 _USE_GEMV = gemv_kernel.HAS_TRITON and os.environ.get("STRIXLM_DISABLE_GEMV", "0") != "1"
+# STRIXLM_FUSE_SILU_DOWN=0 keeps silu_and_mul a launch of its own (A/B runs; read at import).
+_FUSE_SILU = os.environ.get("STRIXLM_FUSE_SILU_DOWN", "1") != "0"
 
 
 class Linear(nn.Linear):
@@ -34,6 +37,23 @@ class Linear(nn.Linear):
         if cfg is None:
             return self.forward(x)
         return splitk.splitk_partials(x, self.weight, cfg)
+
+    def forward_silu_mul(
+        self, gu: torch.Tensor, partials: bool = False
+    ) -> torch.Tensor | SplitKPartials:
+        """self(silu_and_mul(gu)) for gu = [gate | up] (forward_partials' result with
+        partials). Where the GEMV or split-K kernel takes the product, it computes the
+        activation as it loads its input: one launch fewer per MLP at decode batch sizes,
+        bit-equal to the separate silu_and_mul."""
+        k = self.in_features
+        if _FUSE_SILU and gu.dim() == 2 and gu.shape[1] == 2 * k and gu.stride(1) == 1:
+            cfg = splitk_config(gu[:, :k], self.weight, self.bias) if partials else None
+            if cfg is not None:
+                return splitk.splitk_partials(gu, self.weight, cfg, silu_mul=True)
+            if _skinny(gu, self.weight, _HALF) and gu.dtype == self.weight.dtype:
+                return gemv_kernel.gemv(gu, self.weight, self.bias, silu_mul=True)
+        h = silu_and_mul(gu)
+        return self.forward_partials(h) if partials else self.forward(h)
 
     def forward_relu2(self, x: torch.Tensor) -> torch.Tensor:
         """relu(linear(x))^2 (NemotronH's MLP activation); fused into the GEMV's store for

@@ -16,7 +16,6 @@ import torch
 from torch import nn
 
 from strixlm.kernels.dispatch import use_triton
-from strixlm.layers.activation import silu_and_mul
 from strixlm.layers.attention.backend import AttentionBackend
 from strixlm.layers.attention.metadata import AttentionMetadata
 from strixlm.layers.linear import Linear
@@ -132,8 +131,7 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor, partials: bool = False) -> torch.Tensor | SplitKPartials:
         """partials: the output may be down_proj's split-K partials (for an RMSNorm consumer)."""
-        h = silu_and_mul(self.gate_up_proj(x))
-        return self.down_proj.forward_partials(h) if partials else self.down_proj(h)
+        return self.down_proj.forward_silu_mul(self.gate_up_proj(x), partials)
 
 
 class DecoderLayer(nn.Module):
