@@ -77,21 +77,6 @@ def test_partials_kernel_matches_reference(dtype, m, n, k, cfg):
     torch.testing.assert_close(got.materialize(), want, **tol)
 
 
-@pytest.mark.parametrize("m,cfg", [(5, SMALL), (33, SMALL4)])
-def test_partials_silu_mul_prologue(m, cfg):
-    """x = [gate | up]: the A tiles computed as silu(gate) * up while loading give the
-    partials of the separate silu_and_mul kernel's output, bit for bit."""
-    from strixlm.kernels.activation import silu_and_mul
-
-    gu, w = _operands(m, 40, 256, torch.float16, m)  # the interpreter's bf16 dot is not exact
-    w = w[:, :128].contiguous()
-    got = ksplit.splitk_partials(gu, w, cfg, silu_mul=True)
-    want = ksplit.splitk_partials(silu_and_mul(gu), w, cfg)
-    assert torch.equal(got.parts, want.parts)
-    ref = F.linear((F.silu(gu[:, :128].float()) * gu[:, 128:].float()), w.float())
-    torch.testing.assert_close(got.materialize().float(), ref, rtol=2e-2, atol=2e-2)
-
-
 def test_partials_strided_x_and_bad_shapes():
     base, w = _operands(7, 32, 96, torch.float32, 3)
     x = base[:, :64]  # rows 96 apart: the kernel takes x's row stride
@@ -265,9 +250,9 @@ def test_forward_partials_dispatch(monkeypatch):
 
 
 def test_forward_silu_mul_dispatch(monkeypatch):
-    """Linear.forward_silu_mul: split-K partials (8 < M <= cap, partials wanted) or the GEMV
-    (M <= 8) with the activation in their loads; else silu_and_mul then the plain path.
-    Every route gives the plain route's numbers."""
+    """Linear.forward_silu_mul: the GEMV (M <= 8) with the activation in its loads; else
+    silu_and_mul, then forward / forward_partials (split-K at 8 < M <= cap). Every route
+    gives the plain route's numbers."""
     from strixlm.kernels.activation import silu_and_mul as kernel_silu
     from strixlm.layers.activation import silu_and_mul
 
@@ -278,7 +263,7 @@ def test_forward_silu_mul_dispatch(monkeypatch):
     gu = torch.randn(16, 1024, generator=_gen(2)).to(torch.float16)
     got = lin.forward_silu_mul(gu, partials=True)
     assert isinstance(got, SplitKPartials)
-    assert torch.equal(got.parts, lin.forward_partials(kernel_silu(gu)).parts)
+    assert torch.equal(got.parts, lin.forward_partials(silu_and_mul(gu)).parts)
     plain = lin.forward_silu_mul(gu)  # no partials wanted: silu_and_mul, then F.linear
     assert torch.equal(plain, lin(silu_and_mul(gu)))
     monkeypatch.setattr(linear, "_skinny", lambda x, w, dts: x.shape[0] <= 8)
@@ -362,10 +347,9 @@ from strixlm.kernels import rmsnorm as r, splitk_linear as s
 target = GPUTarget("cuda", 90, 32)
 for dt in ("bf16", "fp16"):
     sig = dict(x_ptr=f"*{dt}", w_ptr=f"*{dt}", part_ptr="*fp32", M="i32", N="i32",
-               stride_xm="i32", stride_wn="i32", K_PER="i32", UP_OFF="i32")
+               stride_xm="i32", stride_wn="i32", K_PER="i32")
     for cfg in (s._CFG_WIDE, s._CFG_NARROW):
-        c = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-                 SILU_MUL=cfg is s._CFG_NARROW)
+        c = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k)
         src = ASTSource(s._splitk_partials_kernel, {**sig, **{k: "constexpr" for k in c}}, c)
         triton.compile(src, target=target,
                        options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))

@@ -37,9 +37,9 @@
 #   dynfrac split grids hand out their shortest sequences' segments too: timelines at shares
 #           0.25 / 0.6 / 1.0 (b64 and b48 take the split grid), attention vs torch, then the
 #           workload with STRIXLM_ATTN_DYNAMIC_FRAC=0.6 / 0.25, alternating, twice each
-#   silufuse the down projection computing silu_and_mul as it loads (GEMV at M <= 8, split-K
-#           at 8 < M <= 128): greedy tokens vs HF, then the workload with
-#           STRIXLM_FUSE_SILU_DOWN=1 / 0, alternating, twice each
+#   silufuse the down projection computing silu_and_mul as it loads (the GEMV, M <= 8; the
+#           first try also fused it into split-K at 8 < M <= 128, 2.7% slower): greedy
+#           tokens vs HF, then the workload with STRIXLM_FUSE_SILU_DOWN=1 / 0, alternating
 #   slowsteps  cProfile of the workload's slowest host steps (profile_slow_steps.py)
 #   tilecost  partly filled last KV tiles vs full ones (sweep_decode_attn --tile-cost)
 #   serve   the online benchmark only (500 x 512/128, burst)

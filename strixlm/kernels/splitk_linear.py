@@ -30,8 +30,6 @@ if HAS_TRITON:
     import triton
     import triton.language as tl
 
-    from strixlm.kernels.activation import silu_mul
-
 # Wider outputs already make enough tiles; only N = 1024 was measured, 2048 is a guess.
 MAX_N = 2048
 _HALF = (torch.bfloat16, torch.float16)
@@ -122,11 +120,9 @@ if HAS_TRITON:
         stride_xm,
         stride_wn,
         K_PER,
-        UP_OFF,
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr,
-        SILU_MUL: tl.constexpr,
     ):
         # Program (n tile, m tile, k slice) writes part[slice, m tile, n tile] in fp32.
         # K_PER (K / SPLIT) is a multiple of BLOCK_K, so only rows and columns are masked.
@@ -141,10 +137,11 @@ if HAS_TRITON:
         k_lo = pid_k * K_PER
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         for k0 in range(k_lo, k_lo + K_PER, BLOCK_K):
-            a_ptrs = x_ptr + rows[:, None] * stride_xm + (k0 + ks)[None, :]
-            a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
-            if SILU_MUL:  # x is [gate | up]: the A tile is silu(gate) * up, rounded as stored
-                a = silu_mul(a, tl.load(a_ptrs + UP_OFF, mask=row_ok[:, None], other=0.0))
+            a = tl.load(
+                x_ptr + rows[:, None] * stride_xm + (k0 + ks)[None, :],
+                mask=row_ok[:, None],
+                other=0.0,
+            )
             # w is [N, K]: the tile is read transposed, [BLOCK_K, BLOCK_N], contiguous in K.
             b = tl.load(
                 w_ptr + cols[None, :] * stride_wn + (k0 + ks)[:, None],
@@ -156,15 +153,10 @@ if HAS_TRITON:
         tl.store(out, acc, mask=row_ok[:, None] & col_ok[None, :])
 
 
-def splitk_partials(
-    x: torch.Tensor, w: torch.Tensor, cfg: SplitKConfig, *, silu_mul: bool = False
-) -> SplitKPartials:
+def splitk_partials(x: torch.Tensor, w: torch.Tensor, cfg: SplitKConfig) -> SplitKPartials:
     """x [M, K] @ w [N, K].T as SplitKPartials (one launch). The partials buffer is a fresh
-    torch.empty, which a CUDA graph capture turns into a pool allocation; no host sync.
-    silu_mul: x is [gate | up], [M, 2K], and the product takes silu_and_mul(x), computed
-    as the tiles load (no launch for the activation)."""
+    torch.empty, which a CUDA graph capture turns into a pool allocation; no host sync."""
     m, k = x.shape
-    k = k // 2 if silu_mul else k
     n = w.shape[0]
     if w.shape[1] != k or x.stride(1) != 1 or w.stride(1) != 1:
         raise ValueError("x [M, K] and w [N, K] need matching K and a contiguous last dim")
@@ -182,11 +174,9 @@ def splitk_partials(
             x.stride(0),
             w.stride(0),
             k // cfg.split,
-            k,
             BLOCK_M=cfg.block_m,
             BLOCK_N=cfg.block_n,
             BLOCK_K=cfg.block_k,
-            SILU_MUL=silu_mul,
             num_warps=cfg.num_warps,
             num_stages=cfg.num_stages,
         )
