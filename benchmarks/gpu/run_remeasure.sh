@@ -136,8 +136,8 @@ if has timeline; then  # per-program start/end of 28 back-to-back persistent lau
   run timeline 200 python benchmarks/gpu/bench_decode_timeline.py --json "$OUT/timeline.json"
 fi
 if has dynamic; then  # the shortest sequences handed out dynamically in the persistent grid
-  run timeline_dyn 150 python benchmarks/gpu/bench_decode_timeline.py --variants deal:0 deal:0.25 deal:0.4 \
-    --json "$OUT/timeline_dynamic.json"
+  run timeline_dyn 150 python benchmarks/gpu/bench_decode_timeline.py \
+    --variants deal:0 deal:0.25 deal:0.4 --json "$OUT/timeline_dynamic.json"
   # Persistent grid at every decode batch: the tiny models' batches take the dynamic path.
   STRIXLM_ATTN_PERSISTENT_MIN=0 run e2e_dyn 240 python benchmarks/gpu/check_e2e.py
   run tp_warm 100 $TP --model qwen3-0.6b

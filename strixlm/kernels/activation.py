@@ -13,8 +13,8 @@ import triton.language as tl
 
 @triton.jit
 def silu_mul(g, u):
-    """silu(g) * u in g's dtype, rounded as the torch ops round it; shared with the GEMV and
-    split-K kernels, which apply it to their input as they load it."""
+    """silu(g) * u in g's dtype, rounded as the torch ops round it; shared with the GEMV,
+    which applies it to its input as it loads it."""
     gf = g.to(tl.float32)
     s = (gf / (1.0 + tl.exp(-gf))).to(g.dtype)
     return (s.to(tl.float32) * u.to(tl.float32)).to(g.dtype)
