@@ -16,6 +16,10 @@ import torch
 # (importing torch does not): @triton.jit picks interpreter or compiler at definition time.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+if os.environ.get("TRITON_INTERPRET") == "1":
+    from interpreted_triton import skip_repeated_lang_patching
+
+    skip_repeated_lang_patching()
 
 # One small cache for the whole session, so the GGUF converts once per CI run.
 os.environ.setdefault("STRIXLM_CACHE", str(Path.home() / ".cache" / "strixlm-test"))
