@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -17,18 +18,28 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.parametrize(
-    "args, flag",
-    [
-        (["serve", "--max-num-seqs", "0"], "--max-num-seqs"),
-        (["serve", "--block-size", "12"], "--block-size"),
-        (["serve", "--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization"),
-        (["serve", "--max-num-batched-tokens", "lots"], "--max-num-batched-tokens"),
-        (["serve", "--dtype", "int3"], "--dtype"),
-    ],
-)
-def test_bad_flags_name_the_flag(args, flag):
-    r = run_cli(*args)
+BAD_FLAGS = [
+    (["serve", "--max-num-seqs", "0"], "--max-num-seqs"),
+    (["serve", "--block-size", "12"], "--block-size"),
+    (["serve", "--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization"),
+    (["serve", "--max-num-batched-tokens", "lots"], "--max-num-batched-tokens"),
+    (["serve", "--dtype", "int3"], "--dtype"),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_flag_runs() -> dict[str, subprocess.CompletedProcess]:
+    """Each bad command line in its own process, all started at once: each spends seconds
+    importing before it parses, and they overlap on several cores."""
+    with ThreadPoolExecutor(len(BAD_FLAGS)) as pool:
+        runs = {flag: pool.submit(run_cli, *args) for args, flag in BAD_FLAGS}
+        return {flag: r.result() for flag, r in runs.items()}
+
+
+@pytest.mark.parametrize("args, flag", BAD_FLAGS)
+def test_bad_flags_name_the_flag(bad_flag_runs, args, flag):
+    r = bad_flag_runs[flag]
+    assert r.args[3:] == args
     assert r.returncode == 2
     assert flag in r.stderr
     assert "Traceback" not in r.stderr
