@@ -23,6 +23,10 @@ PROMPTS = [
     "relativity and the fourth mass-energy equivalence. Today, physicists consider",
 ]
 MAX_TOKENS = 24
+# Per model: (new tokens, KV blocks for the preemption test). SmolLM2 (135M) takes ~20x
+# longer a step than the tiny models on CPU, HF and us alike: half the tokens, and a pool
+# that still preempts (3 times) and still leaves a prefix to hit with them.
+BUDGETS = {"smollm2": (12, 26), "tiny_llama": (MAX_TOKENS, 40), "tiny_qwen3": (MAX_TOKENS, 40)}
 # fp32 on CPU: our logprobs agree with HF's log_softmax to this absolute tolerance.
 LOGPROB_ATOL = 2e-3
 
@@ -58,7 +62,9 @@ def encode(folder: str) -> list[list[int]]:
 def case(request):
     folder = request.getfixturevalue(f"{request.param}_dir")
     prompts = encode(folder)
-    return request.param, folder, prompts, hf_reference(folder, prompts, MAX_TOKENS)
+    n, blocks = BUDGETS[request.param]
+    greedy = SamplingParams(temperature=0, max_tokens=n, ignore_eos=True, logprobs=5)
+    return folder, prompts, hf_reference(folder, prompts, n), greedy, blocks
 
 
 GREEDY = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True, logprobs=5)
@@ -84,7 +90,7 @@ SMALL_KV = 64 << 20
 
 def test_greedy_alone_and_batched_match_hf(case):
     """Each prompt alone, then all together, with no prefix cache to help."""
-    name, folder, prompts, refs = case
+    folder, prompts, refs, greedy, _ = case
     llm = LLM(
         folder,
         device="cpu",
@@ -93,16 +99,16 @@ def test_greedy_alone_and_batched_match_hf(case):
         enable_prefix_caching=False,
         cpu_kv_cache_bytes=SMALL_KV,
     )
-    alone = [llm.generate([p], GREEDY, use_tqdm=False)[0] for p in prompts]
+    alone = [llm.generate([p], greedy, use_tqdm=False)[0] for p in prompts]
     check_against_hf(alone, refs)
-    batched = llm.generate(prompts, GREEDY, use_tqdm=False)
+    batched = llm.generate(prompts, greedy, use_tqdm=False)
     check_against_hf(batched, refs)
 
 
 def test_prefix_cache_preemption_and_chunked_prefill_keep_tokens(case):
     """A tight engine: 4-token blocks, an 8-token step budget and a pool too small for the
     batch. The first pass preempts; the second pass hits the prefix cache."""
-    name, folder, prompts, refs = case
+    folder, prompts, refs, greedy, blocks = case
     llm = LLM(
         folder,
         device="cpu",
@@ -110,12 +116,12 @@ def test_prefix_cache_preemption_and_chunked_prefill_keep_tokens(case):
         max_model_len=512,
         block_size=4,
         max_num_batched_tokens=8,
-        num_gpu_blocks_override=40,
+        num_gpu_blocks_override=blocks,
     )
-    first = llm.generate(prompts, GREEDY, use_tqdm=False)
+    first = llm.generate(prompts, greedy, use_tqdm=False)
     assert llm.engine.core.scheduler.num_preemptions > 0
     check_against_hf(first, refs)
-    again = llm.generate(prompts, GREEDY, use_tqdm=False)
+    again = llm.generate(prompts, greedy, use_tqdm=False)
     assert any(o.num_cached_tokens > 0 for o in again), "second pass found no cached prefix"
     check_against_hf(again, refs)
 
