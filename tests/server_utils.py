@@ -51,7 +51,9 @@ class CliServer:
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [sys.executable, "-m", "strixlm.entrypoints.cli", *cli, "--port", str(self.port)]
         env = dict(os.environ, **(extra_env or {}))
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        # subprocess_site: its sitecustomize speeds up the Triton interpreter (conftest.py).
+        site = str(Path(__file__).parent / "subprocess_site")
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), site, env.get("PYTHONPATH")]))
         self.log = tempfile.NamedTemporaryFile("w+", prefix=f"strixlm-{label}-", suffix=".log")
         # Own session: teardown can kill the whole group (engine process included).
         self.proc = subprocess.Popen(
