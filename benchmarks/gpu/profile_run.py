@@ -79,6 +79,44 @@ def idle_gaps(intervals: list[tuple[float, float]]) -> list[float]:
     return gaps
 
 
+def where_gaps_go(kernels: list) -> None:
+    """Where the idle time sits: gaps over 20 us by the kernel pair around them, and the
+    run cut into steps at the sampler's launches (one per step) with each step's span and
+    busy time, in buckets of 50 steps (prefill steps first, the small-batch tail last)."""
+    recs = sorted((e.time_range.start, e.time_range.end, e.name) for e in kernels)
+    pairs: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0])
+    end, prev = None, ""
+    for s, e, name in recs:
+        if end is not None and s - end > 20:
+            pr = pairs[(prev[:40], name[:40])]
+            pr[0] += 1
+            pr[1] += s - end
+        if end is None or e > end:
+            end, prev = e, name
+    print("idle gaps > 20 us by the kernels around them (count, ms):")
+    for (a, b), (n, us) in sorted(pairs.items(), key=lambda kv: -kv[1][1])[:12]:
+        print(f"  {n:5d} {us / 1e3:8.1f}  {a} -> {b}")
+    cuts = [e for s, e, name in recs if "sample" in name.lower()]
+    if len(cuts) < 2:
+        return
+    print("steps (cut at the sampler), per 50: span ms, GPU busy ms, idle ms, mean span ms")
+    t0 = recs[0][0]
+    bounds = [t0] + cuts
+    i = 0
+    for lo in range(0, len(cuts), 50):
+        hi = min(lo + 50, len(cuts))
+        a, b = bounds[lo], bounds[hi]
+        ivs = []
+        while i < len(recs) and recs[i][0] < b:
+            if recs[i][0] >= a:
+                ivs.append((recs[i][0], min(recs[i][1], b)))
+            i += 1
+        busy = union_us(ivs)
+        span = b - a
+        print(f"  steps {lo:4d}-{hi - 1:4d}: {span / 1e3:8.1f} {busy / 1e3:8.1f}"
+              f" {(span - busy) / 1e3:7.1f} {span / 1e3 / (hi - lo):7.2f}")  # fmt: skip
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="qwen3-0.6b")
@@ -148,6 +186,7 @@ def main() -> int:
     print(f"{'category':18s} {'seconds':>8s} {'share':>6s}")
     for cat, us in sorted(by_cat.items(), key=lambda kv: -kv[1]):
         print(f"{cat:18s} {us / 1e6:8.3f} {us / 1e6 / prof_s:6.1%}")
+    where_gaps_go(kernels)
     print("top kernels (total ms, launches, mean us):")
     top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:25]
     for name, (us, n) in top:

@@ -43,6 +43,7 @@
 #   slowsteps  cProfile of the workload's slowest host steps (profile_slow_steps.py)
 #   tilecost  partly filled last KV tiles vs full ones (sweep_decode_attn --tile-cost)
 #   serve   the online benchmark only (500 x 512/128, burst)
+#   trace   the workload once traced (warm Triton cache assumed): host vs GPU per step kind
 #   quickchecks  glue kernels vs torch (and qk_norm_rope's replay time), greedy tokens vs
 #           HF on CUDA, host syncs per step at batch 256 and 64 (checks without MoE / order
 #           A/B)
@@ -160,6 +161,11 @@ if has slowsteps; then
 fi
 if has tilecost; then
   run tilecost 100 python benchmarks/gpu/sweep_decode_attn.py --tile-cost --json "$OUT/tile_cost.json"
+fi
+if has trace; then
+  STRIXLM_STEP_TRACE=/tmp/trace.csv run tp_traced 100 $TP --model qwen3-0.6b \
+    --output-json "$OUT/tp_traced.json"
+  python benchmarks/gpu/summarize_trace.py /tmp/trace.csv | tee "$OUT/trace_summary.txt" | head -40
 fi
 if has serve; then
   bash benchmarks/gpu/run_issue3.sh serve 2>&1 | grep -v -i warn | tail -24
