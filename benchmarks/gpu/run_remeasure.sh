@@ -170,7 +170,7 @@ if has l2pf; then
     STRIXLM_ATTN_L2_PREFETCH=$v timeout 150 python benchmarks/gpu/profile_step.py \
       --batch 256 128 --steps 20 > "$OUT/l2pf_step_$v.log" 2>&1
     grep -E "#####|_paged_decode_persistent|_qk_norm_rope_kernel" "$OUT/l2pf_step_$v.log" \
-      | awk '/#####/ {print; next} {print $1, $(NF-2), $(NF-1), $NF}' | sed "s/^/pf$v /"
+      | awk '{print substr($1, 1, 40), $(NF-2), $(NF-1), $NF}' | sed "s/^/pf$v /"
   done
   run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_ATTN_L2_PREFETCH tp_pf a1:2 b1:0 a2:2 b2:0
