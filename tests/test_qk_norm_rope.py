@@ -273,80 +273,6 @@ def test_fused_cache_write_is_kv_write(cache_dtype) -> None:
         )
 
 
-def _expected_prefetch_rows(plan, kv_cache) -> torch.Tensor:
-    """What KVPrefetch's rows should be, from the host: element offsets into the K cache of
-    the first tiles of item r (r < num_programs) of the longest-first order, every kv head
-    (padded to a power of two), one per 128-byte line; -1 where nothing is hinted."""
-    const = plan.constexprs(kv_cache)
-    hkv, bs = kv_cache.shape[3], kv_cache.shape[2]
-    scb, scs, sch = kv_cache[0].stride()[:3]
-    n_pos = plan.tiles * plan.tile
-    out = torch.full((plan.num_programs, n_pos, const["PF_HKV"], const["PF_LINES"]), -1)
-    qsl, lens, bt = plan.query_start_loc, plan.seq_lens, plan.block_table
-    for r in range(plan.num_programs):
-        rank = r // plan.num_segs
-        seq = int(plan.seq_order[rank]) if plan.seq_order is not None else rank
-        length = int(lens[seq]) if qsl[seq + 1] > qsl[seq] else 0
-        per_seg = -(-(-(-length // plan.tile)) // plan.num_segs)
-        lo = (r % plan.num_segs) * per_seg
-        end = min(length, (lo + per_seg) * plan.tile)
-        for i in range(n_pos):
-            pos = lo * plan.tile + i
-            if pos >= end:
-                continue
-            row = int(bt[seq, pos // bs]) * scb + (pos % bs) * scs
-            for h in range(hkv):
-                for line in range(const["PF_LINES"]):
-                    out[r, i, h, line] = row + h * sch + line * const["PF_LINE_ELEMS"]
-    return out
-
-
-@pytest.mark.parametrize("cache_dtype", [torch.bfloat16, torch.float8_e4m3fn])
-@pytest.mark.parametrize("segs,tiles", [(1, 1), (1, 2), (2, 1)])
-def test_l2_prefetch_rows_and_unchanged_results(cache_dtype, segs, tiles) -> None:
-    """The prefetch column of the launch hints the first tiles of each persistent program's
-    first item (recorded here instead of hinted: the interpreter has no PTX), and the q/k
-    results and cache writes are those of the launch without it. Sequence 3 is graph
-    padding (no query): nothing of it is hinted."""
-    from strixlm.kernels.kv_prefetch import KVPrefetch
-
-    t, hq, hk, d, bs, blocks, tile = 5, 4, 2, 64, 4, 40, 8
-    dtype = torch.bfloat16
-    g = _gen(31 + segs * 10 + tiles)
-    rot = RotaryEmbedding(d, MAX_POS, 1e6)
-    qw, kw = _weights(d, dtype, g)
-    qkv, q, k = _qkv(t, hq, hk, d, dtype, g)
-    v = qkv[:, (hq + hk) * d :].view(t, hk, d)
-    positions = _positions(t, torch.int64, g)
-    slots = torch.tensor([9, 33, 0, -1, 22], dtype=torch.int64)
-    seq_lens = torch.tensor([30, 7, 19, 12, 25], dtype=torch.int32)
-    qsl = torch.tensor([0, 1, 2, 3, 3, 4], dtype=torch.int32)  # sequence 3: no query
-    order = torch.tensor([0, 4, 2, 3, 1], dtype=torch.int32)  # longest first
-    bt = torch.randperm(blocks, generator=g)[: 5 * 8].view(5, 8).to(torch.int32)
-    base = torch.randn(2, blocks, bs, hk, d, generator=g).to(cache_dtype)
-    n_prog = 4 if segs == 1 else 7
-    const_probe = KVPrefetch(bt, seq_lens, qsl, order, n_prog, segs, tile, tiles)
-    lines = const_probe.constexprs(base)["PF_LINES"]
-    record = torch.zeros(n_prog, tiles * tile, 2, lines, dtype=torch.int64)
-    plan = KVPrefetch(bt, seq_lens, qsl, order, n_prog, segs, tile, tiles, record=record)
-    caches, outs = [], []
-    for pf in (None, plan):
-        cache, q2, k2 = base.clone(), q.clone(), k.clone()
-        k_fused.qk_norm_rope_inplace(
-            positions, q2, k2, qw, kw, EPS, rot.cos, rot.sin, v=v, kv_cache=cache,
-            slot_mapping=slots, prefetch=pf,
-        )  # fmt: skip
-        caches.append(cache)
-        outs.append((q2, k2))
-    raw = torch.uint8 if cache_dtype == torch.float8_e4m3fn else torch.int16
-    assert torch.equal(caches[0].view(raw), caches[1].view(raw))
-    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
-    want = _expected_prefetch_rows(plan, base)
-    assert torch.equal(record, want)
-    assert (want >= 0).any() and (want < 0).any()
-    assert (want[want >= 0] < base[0].numel()).all()
-
-
 def test_cpu_attention_uses_the_layers() -> None:
     # CPU tensors never reach the fused kernel (the HF-equality tests depend on it).
     q = torch.zeros(1, 2, 8)
@@ -386,22 +312,12 @@ sig = dict(q_ptr="*bf16", k_ptr="*bf16", pos_ptr="*i64", qw_ptr="*bf16", kw_ptr=
            sin_stride="i32", half="i32", eps="fp32", v_ptr="*bf16", v_s0="i32", v_s1="i32",
            kc_ptr="*bf16", vc_ptr="*bf16", slot_ptr="*i64", k_scale="fp32", v_scale="fp32",
            stride_cb="i32", stride_cs="i32", stride_ch="i32")
-sig.update(n_tok="i32", pf_bt_ptr="*i32", pf_lens_ptr="*i32", pf_qsl_ptr="*i32",
-           pf_order_ptr="*i32", pf_rec_ptr="*i64", pf_stride_bt="i32", n_pf="i32")
-from strixlm.kernels.kv_prefetch import NO_PREFETCH
-on = dict(PF_TILES=2, PF_TILE=64, PF_SEGS=2, PF_ORDER=True, PF_LINES=2, PF_LINE_ELEMS=64,
-          PF_HKV=8, PF_RECORD=False)
-for write, fp8, pf in ((True, True, on), (True, False, on), (True, False, NO_PREFETCH),
-                       (False, False, NO_PREFETCH)):
+for write, fp8 in ((True, True), (True, False), (False, False)):
     cache = "*fp8e4nv" if fp8 else "*bf16"
     s = dict(sig, kc_ptr=cache, vc_ptr=cache)
-    c = dict(BLOCK_H=16, BLOCK_HALF=64, WRITE_KV=write, BLOCK_SIZE=16, FP8=fp8, **pf)
-    if fp8 and pf["PF_TILES"]:
-        c.update(PF_LINES=1, PF_LINE_ELEMS=128)
+    c = dict(BLOCK_H=16, BLOCK_HALF=64, WRITE_KV=write, BLOCK_SIZE=16, FP8=fp8)
     src = ASTSource(m._qk_norm_rope_kernel, {**s, **{k: "constexpr" for k in c}}, c)
-    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
-    if pf["PF_TILES"]:
-        assert "prefetch.global.L2" in k.asm["ptx"], "the hints were optimized away"
+    triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
 print("compiled")
 """
 

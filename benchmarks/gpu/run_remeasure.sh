@@ -43,9 +43,6 @@
 #   slowsteps  cProfile of the workload's slowest host steps (profile_slow_steps.py)
 #   tilecost  partly filled last KV tiles vs full ones (sweep_decode_attn --tile-cost)
 #   serve   the online benchmark only (500 x 512/128, burst)
-#   l2pf    the q/k launch hinting the persistent grid's first KV tiles into L2
-#           (STRIXLM_ATTN_L2_PREFETCH tiles per item): decode steps at batch 256 / 128 with
-#           0 / 1 / 2 tiles, then the workload with 2 / 0, alternating
 #   trace   the workload once traced (warm Triton cache assumed): host vs GPU per step kind
 #   quickchecks  glue kernels vs torch (and qk_norm_rope's replay time), greedy tokens vs
 #           HF on CUDA, host syncs per step at batch 256 and 64 (checks without MoE / order
@@ -164,16 +161,6 @@ if has slowsteps; then
 fi
 if has tilecost; then
   run tilecost 100 python benchmarks/gpu/sweep_decode_attn.py --tile-cost --json "$OUT/tile_cost.json"
-fi
-if has l2pf; then
-  for v in 0 1 2; do
-    STRIXLM_ATTN_L2_PREFETCH=$v timeout 150 python benchmarks/gpu/profile_step.py \
-      --batch 256 128 --steps 20 > "$OUT/l2pf_step_$v.log" 2>&1
-    grep -E "#####|_paged_decode_persistent|_qk_norm_rope_kernel" "$OUT/l2pf_step_$v.log" \
-      | awk '{print substr($1, 1, 40), $(NF-2), $(NF-1), $NF}' | sed "s/^/pf$v /"
-  done
-  run tp_warm 100 $TP --model qwen3-0.6b
-  ab_tp STRIXLM_ATTN_L2_PREFETCH tp_pf a1:2 b1:0 a2:2 b2:0
 fi
 if has trace; then
   STRIXLM_STEP_TRACE=/tmp/trace.csv run tp_traced 100 $TP --model qwen3-0.6b \

@@ -563,17 +563,7 @@ def paged_attention(
         and qk_prologue.fusable(q, kv_cache)
     )
     if qk_prologue is not None and not fuse_qk:
-        prefetch = None
-        if persistent:  # the separate launch hints the grid's first KV tiles into L2
-            from strixlm.kernels.kv_prefetch import prefetch_plan
-            from strixlm.kernels.paged_decode import persistent_programs
-
-            n_prog = persistent_programs(num_seqs * cfg.num_splits, hkv, num_sms(q.device))
-            prefetch = prefetch_plan(
-                block_table, seq_lens, query_start_loc, seq_order, n_prog, cfg.num_splits,
-                cfg.tile,
-            )  # fmt: skip
-        qk_prologue.run(q, kv_cache, prefetch)
+        qk_prologue.run(q, kv_cache)
     if persistent:
         from strixlm.kernels.paged_decode import paged_decode_persistent
 

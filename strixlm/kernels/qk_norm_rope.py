@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import torch
 
-from strixlm.kernels.kv_prefetch import NO_PREFETCH, KVPrefetch, no_prefetch_args
 from strixlm.kernels.kv_write import FP8_DTYPE
 from strixlm.layers.rotary import RotaryEmbedding
 
@@ -22,7 +21,6 @@ try:
     import triton
     import triton.language as tl
 
-    from strixlm.kernels.kv_prefetch import prefetch_first_tiles
     from strixlm.kernels.kv_write import cache_value
     from strixlm.kernels.rotary import check_rotary_inputs, head_tiles
 
@@ -172,50 +170,18 @@ if HAS_TRITON:
         stride_cb,
         stride_cs,
         stride_ch,
-        n_tok,
-        # L2 prefetch for the decode attention that follows (kv_prefetch.KVPrefetch).
-        pf_bt_ptr,
-        pf_lens_ptr,
-        pf_qsl_ptr,
-        pf_order_ptr,
-        pf_rec_ptr,
-        pf_stride_bt,
-        n_pf,
         BLOCK_H: tl.constexpr,
         BLOCK_HALF: tl.constexpr,
         WRITE_KV: tl.constexpr,
         BLOCK_SIZE: tl.constexpr,
         FP8: tl.constexpr,
-        PF_TILES: tl.constexpr,
-        PF_TILE: tl.constexpr,
-        PF_SEGS: tl.constexpr,
-        PF_ORDER: tl.constexpr,
-        PF_LINES: tl.constexpr,
-        PF_LINE_ELEMS: tl.constexpr,
-        PF_HKV: tl.constexpr,
-        PF_RECORD: tl.constexpr,
     ):
         # Two programs per token, one for the q heads and one for k (and the cache write of
         # k and v): decode steps have few tokens, and one program doing both serialized
         # the two halves' load latencies. Each loads its cos/sin row and weight once and
-        # loops over its heads in blocks of BLOCK_H. With PF_TILES, a first column of
-        # programs hints the attention's first KV tiles into L2 (launched first).
-        role = tl.program_id(1)
-        if PF_TILES > 0:
-            if role == 0:
-                if tl.program_id(0) < n_pf:
-                    prefetch_first_tiles(
-                        tl.program_id(0), kc_ptr, vc_ptr, pf_bt_ptr, pf_lens_ptr, pf_qsl_ptr,
-                        pf_order_ptr, pf_rec_ptr, pf_stride_bt, stride_cb, stride_cs,
-                        stride_ch, n_k_heads, PF_TILES, PF_TILE, PF_SEGS, PF_ORDER, PF_LINES,
-                        PF_LINE_ELEMS, PF_HKV, PF_RECORD, BLOCK_SIZE,
-                    )  # fmt: skip
-                return
-            role -= 1
-        if tl.program_id(0) >= n_tok:  # the grid covers the prefetch items too
-            return
+        # loops over its heads in blocks of BLOCK_H.
         tok = tl.program_id(0).to(tl.int64)
-        do_q = role == 0
+        do_q = tl.program_id(1) == 0
         pos = tl.load(pos_ptr + tok * pos_stride).to(tl.int64)
         d = tl.arange(0, BLOCK_HALF)
         d_mask = d < half
@@ -281,14 +247,11 @@ def qk_norm_rope_inplace(
     slot_mapping: torch.Tensor | None = None,
     k_scale: float = 1.0,
     v_scale: float = 1.0,
-    prefetch: KVPrefetch | None = None,
 ) -> None:
     """Per-head RMSNorm (q_weight / k_weight) then neox rotary on q [T, Hq, D] and
     k [T, Hk, D], in place (views into a qkv buffer are fine). With v, kv_cache
     [2, blocks, block_size, Hk, D] and slot_mapping [T] also the cache write of
     kernels/kv_write.py (k after rotation; fp8 caches quantized with the scales).
-    prefetch (with the cache write): also hint the decode attention's first KV tiles
-    into L2 (strixlm/kernels/kv_prefetch.py).
 
     positions [T] (any integer dtype and stride) index the rows of cos/sin [max_pos, D/2];
     they are not bounds-checked (checking would need a device sync). The result keeps q's
@@ -320,12 +283,7 @@ def qk_norm_rope_inplace(
     else:
         v, kc, vc, slot_mapping = k, k, k, positions  # never read without WRITE_KV
     block_h, block_half = head_tiles(n_q_heads, k.shape[1], half)
-    if prefetch is not None and write:
-        pf_args, pf_const = prefetch.kernel_args(), prefetch.constexprs(kv_cache)
-        grid = (max(t, prefetch.num_programs), 3)
-    else:
-        pf_args, pf_const, grid = no_prefetch_args(positions), NO_PREFETCH, (t, 2)
-    _qk_norm_rope_kernel[grid](
+    _qk_norm_rope_kernel[(t, 2)](
         q,
         k,
         positions,
@@ -355,14 +313,11 @@ def qk_norm_rope_inplace(
         kc.stride(0) if write else 0,
         kc.stride(1) if write else 0,
         kc.stride(2) if write else 0,
-        t,
-        *pf_args,
         BLOCK_H=block_h,
         BLOCK_HALF=block_half,
         WRITE_KV=write,
         BLOCK_SIZE=kv_cache.shape[2] if write else 1,
         FP8=write and kv_cache.dtype == FP8_DTYPE,
-        **pf_const,
         num_warps=4,
     )
 
@@ -385,14 +340,12 @@ class QKNormRopeWrite:
     k_scale: float = 1.0
     v_scale: float = 1.0
 
-    def run(
-        self, q: torch.Tensor, kv_cache: torch.Tensor, prefetch: KVPrefetch | None = None
-    ) -> None:
-        """The separate launch (prefetch: also hint attention's first KV tiles)."""
+    def run(self, q: torch.Tensor, kv_cache: torch.Tensor) -> None:
+        """The separate launch."""
         qk_norm_rope_inplace(
             self.positions, q, self.k, self.q_weight, self.k_weight, self.eps, self.cos,
             self.sin, v=self.v, kv_cache=kv_cache, slot_mapping=self.slot_mapping,
-            k_scale=self.k_scale, v_scale=self.v_scale, prefetch=prefetch,
+            k_scale=self.k_scale, v_scale=self.v_scale,
         )  # fmt: skip
 
     def fusable(self, q: torch.Tensor, kv_cache: torch.Tensor) -> bool:
