@@ -135,5 +135,5 @@ def openai_clients(
             for name, srv in started.items()
         }
     finally:
-        for srv in started.values():
-            srv.close()
+        with ThreadPoolExecutor(len(started) or 1) as pool:  # each waits for its shutdown
+            list(pool.map(CliServer.close, started.values()))
