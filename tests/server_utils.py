@@ -115,6 +115,33 @@ class RemoteServer(CliServer):
         super().__init__(["serve", *([model] if model else []), *args], timeout=timeout)
 
 
+class EarlyServer:
+    """A RemoteServer booting in a thread from now on, for tests that need it later: its
+    imports and engine start-up overlap the tests before them (which leave a core free
+    while Python runs the interpreted kernels). get() waits for it to be healthy."""
+
+    def __init__(self, model: str | None, *args: str) -> None:
+        self._pool = ThreadPoolExecutor(1)
+        self._future = self._pool.submit(RemoteServer, model, *args)
+
+    def get(self) -> RemoteServer:
+        return self._future.result()
+
+    def close(self) -> None:
+        self._pool.shutdown()
+        if self._future.exception() is None:
+            self._future.result().close()
+
+
+def module_uses(request, fixture: str) -> bool:
+    """Whether any selected test of the requesting module uses `fixture`."""
+    return any(
+        fixture in item.fixturenames
+        for item in request.session.items
+        if getattr(item, "module", None) is request.module
+    )
+
+
 @contextlib.contextmanager
 def openai_clients(
     model_dir: str, servers: dict[str, tuple[str, ...]], common: tuple[str, ...]

@@ -140,19 +140,28 @@ def test_bad_prompt_logprobs_rejected(bad):
 # ---- server ----------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def server(tiny_llama_dir):
-    from tests.server_utils import RemoteServer
+@pytest.fixture(scope="module", autouse=True)
+def early_server(request):
+    """The server boots in the background while the offline tests above run."""
+    from server_utils import EarlyServer, module_uses
 
-    srv = RemoteServer(
-        tiny_llama_dir,
+    if not module_uses(request, "server"):
+        yield None
+        return
+    early = EarlyServer(
+        request.getfixturevalue("tiny_llama_dir"),
         "--dtype", "float32",
         "--max-model-len", "256",
         "--max-num-batched-tokens", "16",
         "--kv-cache-memory", str(64 << 20),
     )  # fmt: skip
-    yield srv
-    srv.close()
+    yield early
+    early.close()
+
+
+@pytest.fixture(scope="module")
+def server(early_server):
+    return early_server.get()
 
 
 @pytest.fixture(scope="module")
