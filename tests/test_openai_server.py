@@ -13,10 +13,27 @@ import time
 import httpx
 import openai
 import pytest
-from server_utils import RemoteServer, metric
+from server_utils import EarlyServer, RemoteServer, metric, module_uses
 
 API_KEY = "sk-strixlm-test"
 MAX_LEN = 512
+
+
+@pytest.fixture(scope="module", autouse=True)
+def early_default_server(request):
+    """The default model's server (the last test's) boots in the background meanwhile."""
+    if not module_uses(request, "default_server"):
+        yield None
+        return
+    request.getfixturevalue("smollm2_dir")  # converted before the server looks for it
+    early = EarlyServer(None, "--max-model-len", "512", "--kv-cache-memory", str(32 << 20))
+    yield early
+    early.close()
+
+
+@pytest.fixture(scope="module")
+def default_server(early_default_server) -> RemoteServer:
+    return early_default_server.get()
 
 
 @pytest.fixture(scope="module")
@@ -349,23 +366,19 @@ def test_zz_engine_death_is_a_500(client, server):
     _assert_error(e.value, 500)
 
 
-def test_greedy_chat_matches_offline_llm(smollm2_dir):
+def test_greedy_chat_matches_offline_llm(default_server, smollm2_dir):
     """The default model (no MODEL argument) over HTTP == LLM.chat in-process, greedy."""
     from strixlm.engine.request import SamplingParams
     from strixlm.entrypoints.llm import LLM
 
     messages = [{"role": "user", "content": "What is the capital of France?"}]
-    kv = str(32 << 20)
-    srv = RemoteServer(None, "--max-model-len", "512", "--kv-cache-memory", kv)
-    try:
-        oai = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0)
-        (model,) = [m.id for m in oai.models.list().data]
-        assert model == "SmolLM2-135M-Instruct"
-        got = oai.chat.completions.create(
-            model=model, messages=messages, temperature=0.0, max_tokens=10
-        )
-    finally:
-        srv.close()
+    url = default_server.url + "/v1"
+    oai = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+    (model,) = [m.id for m in oai.models.list().data]
+    assert model == "SmolLM2-135M-Instruct"
+    got = oai.chat.completions.create(
+        model=model, messages=messages, temperature=0.0, max_tokens=10
+    )
     llm = LLM(smollm2_dir, max_model_len=512, cpu_kv_cache_bytes=32 << 20)
     (want,) = llm.chat(messages, SamplingParams(temperature=0.0, max_tokens=10), use_tqdm=False)
     assert got.choices[0].message.content == want.outputs[0].text
