@@ -19,6 +19,7 @@ import os
 import re
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -67,18 +68,22 @@ class ConfiglessRouter(CliServer):
 @pytest.fixture(scope="module")
 def stack(tiny_llama_dir, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("dashboard")
-    backend = RemoteServer(
-        tiny_llama_dir, "--served-model-name", MODEL, "--max-model-len", "256",
-        "--kv-cache-memory", str(32 << 20),
-    )  # fmt: skip
-    router = None
+    # The two start together: the router knows of no backend until setup picks one.
+    with ThreadPoolExecutor(2) as pool:
+        starting = [
+            pool.submit(
+                RemoteServer, tiny_llama_dir, "--served-model-name", MODEL,
+                "--max-model-len", "256", "--kv-cache-memory", str(32 << 20),
+            ),
+            pool.submit(ConfiglessRouter, workdir),
+        ]  # fmt: skip
+    started = [f.result() for f in starting if f.exception() is None]
     try:
-        router = ConfiglessRouter(workdir)
+        backend, router = (f.result() for f in starting)  # raises if one failed
         yield router, backend, workdir
     finally:
-        if router is not None:
-            router.close()
-        backend.close()
+        for srv in reversed(started):
+            srv.close()
 
 
 @pytest.fixture(scope="module")
