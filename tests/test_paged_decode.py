@@ -10,6 +10,7 @@ it only for one-query decode batches big enough to give each program ~2 sequence
 from __future__ import annotations
 
 import copy
+import functools
 import os
 
 os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
@@ -45,6 +46,16 @@ def _with(b: Batch, **fields) -> Batch:
     return c
 
 
+@functools.cache
+def _unified(seed: int, segs: int = 1) -> torch.Tensor:
+    """The unified kernel's output on the padded fp32 batch of `seed` (Batch is seeded: the
+    tests rebuild the same one), split in `segs` segments: the reference several
+    parametrizations compare with, computed once (the interpreter makes it seconds)."""
+    b = Batch(ROWS, 4, 2, 32, 4, torch.float32, seed=seed, pad_tokens=3, pad_seqs=3)
+    cfg = pa.AttnConfig(16, 16, 4, 2, segs)
+    return pa.paged_attention(*_args(b), max_query_len=1, max_seq_len=72, config=cfg)
+
+
 def _persistent(b: Batch, n_prog: int, seq_order=None, **kw):
     out = torch.full_like(b.q, float("nan"))
     return pdk.paged_decode_persistent(
@@ -57,7 +68,7 @@ def _persistent(b: Batch, n_prog: int, seq_order=None, **kw):
 def test_persistent_equals_unified_kernel(n_prog):
     """Programs with 2-11 sequences each, padded zero-length sequences among them."""
     b = Batch(ROWS, 4, 2, 32, 4, torch.float32, seed=2, pad_tokens=3, pad_seqs=3)
-    unified = pa.paged_attention(*_args(b), max_query_len=1, max_seq_len=72, config=UNIFIED)
+    unified = _unified(2)
     got = _persistent(b, n_prog)
     assert torch.equal(got[: b.t], unified[: b.t])
     ref = pa.paged_attention_ref(
@@ -131,8 +142,7 @@ def test_split_persistent_equals_unified_split(segs, n_prog):
     """Each sequence in segs segments dealt as items (empty segments of short sequences
     among them, graph padding too): the unified kernel's split path, bit for bit."""
     b = Batch(ROWS, 4, 2, 32, 4, torch.float32, seed=3, pad_tokens=3, pad_seqs=3)
-    kw = dict(max_query_len=1, max_seq_len=72)
-    unified = pa.paged_attention(*_args(b), **kw, config=pa.AttnConfig(16, 16, 4, 2, segs))
+    unified = _unified(3, segs)
     got = _persistent(b, n_prog, num_segs=segs)
     assert torch.equal(got[: b.t], unified[: b.t])
     ref = pa.paged_attention_ref(
@@ -189,7 +199,7 @@ def test_dynamic_sequences_equal_unified_and_reset_counters(frac, n_prog):
     them): the unified kernel's output bit for bit, twice in a row (each launch leaves the
     counters at zero for the next), and the counters are zero after."""
     b = Batch(ROWS, 4, 2, 32, 4, torch.float32, seed=5, pad_tokens=3, pad_seqs=3)
-    unified = pa.paged_attention(*_args(b), max_query_len=1, max_seq_len=72, config=UNIFIED)
+    unified = _unified(5)
     lens = b.seq_lens + [0] * 3
     order = torch.tensor(sorted(range(len(lens)), key=lambda i: -lens[i]), dtype=torch.int32)
     for _ in range(2):
@@ -206,8 +216,7 @@ def test_dynamic_segments_equal_unified_split(segs, frac, n_prog):
     short sequences and graph padding among them): the unified kernel's split path bit for
     bit, twice in a row, and the counters are zero after."""
     b = Batch(ROWS, 4, 2, 32, 4, torch.float32, seed=9, pad_tokens=3, pad_seqs=3)
-    cfg = pa.AttnConfig(16, 16, 4, 2, segs)
-    unified = pa.paged_attention(*_args(b), max_query_len=1, max_seq_len=72, config=cfg)
+    unified = _unified(9, segs)
     lens = b.seq_lens + [0] * 3
     order = torch.tensor(sorted(range(len(lens)), key=lambda i: -lens[i]), dtype=torch.int32)
     for _ in range(2):
