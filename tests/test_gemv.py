@@ -80,7 +80,7 @@ sig = dict(out_ptr="*bf16", x_ptr="*bf16", w_ptr="*bf16", b_ptr="*bf16", N="i32"
            stride_xm="i32", stride_wn="i32", stride_om="i32")
 for m in (1, 3, 8):
     consts = dict(M=m, HAS_BIAS=m == 3, BLOCK_N=16, BLOCK_K=512, EVEN_K=m != 8, RELU2=m == 1,
-                  SILU_MUL=m != 1)
+                  SILU_MUL=m != 1, PDL=m == 3)
     src = ASTSource(gk._gemv_kernel, {**sig, **{k: "constexpr" for k in consts}}, consts)
     triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
 print("compiled")

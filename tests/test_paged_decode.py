@@ -382,13 +382,15 @@ for cache_dt in ("bf16", "fp8e4nv"):
     consts = dict(NUM_Q_HEADS=16, G=2, HEAD_DIM=128, DIM_P=128, BLOCK_SIZE=16, TILE=64,
                   BLOCK_M=16, MAX_ITEMS=8, NUM_SEGS=1 if fp8 else 4,
                   IEEE=False, K_ROWS=False, HAS_ORDER=True, FP8_PAIRS=fp8, FUSE_QK=fp8,
-                  BLOCK_G=2, HALF=64, FP8=fp8, TIMING=fp8, DYNAMIC=True)
+                  BLOCK_G=2, HALF=64, FP8=fp8, TIMING=fp8, DYNAMIC=True,
+                  PDL=fp8)
     names = list(sig) + list(consts)
     div16 = [n for n in sig if n.endswith("_ptr") or (n.startswith("stride") and n != "stride_bt")]
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in div16}
     src = ASTSource(pdk._paged_decode_persistent_kernel,
                     {**sig, **{k: "constexpr" for k in consts}}, consts, attrs)
-    triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=2, num_stages=3))
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=2, num_stages=3))
+    assert ("griddepcontrol.wait" in k.asm["ptx"]) == fp8  # PDL: the wait after the deal
 print("compiled")
 """
 

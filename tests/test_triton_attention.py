@@ -391,7 +391,7 @@ def attn(dt, cache_dt, cfg, seq_grid, has_order):
     c = dict(NUM_Q_HEADS=16, G=2, HEAD_DIM=128, DIM_P=128, BLOCK_SIZE=16, TILE=cfg.tile,
              BLOCK_M=cfg.block_m, BLOCK_Q=cfg.block_m // 2, NUM_SEGS=cfg.num_splits,
              SPLIT=cfg.num_splits > 1, IEEE=False, K_ROWS=cfg.k_rows, SEQ_GRID=seq_grid,
-             HAS_ORDER=has_order, FP8_PAIRS=cache_dt == "fp8e4nv")
+             HAS_ORDER=has_order, FP8_PAIRS=cache_dt == "fp8e4nv", PDL=has_order)
     build(pa._paged_attn_kernel, sig, c, cfg.num_warps, cfg.num_stages)
 
 attn("bf16", "fp8e4nv", pa.select_config(16, 8, 128, 1, 1, 8192, 132), True, True)
@@ -400,7 +400,7 @@ attn("bf16", "bf16", pa.select_config(16, 8, 128, 1, 2048, 2048, 132), False, Fa
 attn("fp16", "fp8e4nv", pa.select_config(16, 8, 128, 1, 2048, 2048, 132), False, False)
 sig = dict(out_ptr="*bf16", segm_acc_ptr="*fp32", segm_max_ptr="*fp32", segm_sum_ptr="*fp32",
            out_scale="fp32", stride_ot="i32", stride_oh="i32")
-c = dict(NUM_Q_HEADS=16, HEAD_DIM=128, DIM_P=128, NUM_SEGS=3, SEGS_P=4)
+c = dict(NUM_Q_HEADS=16, HEAD_DIM=128, DIM_P=128, NUM_SEGS=3, SEGS_P=4, PDL=True)
 build(pa._merge_segments_kernel, sig, c, 4)
 sig = dict(k_ptr="*bf16", v_ptr="*bf16", kc_ptr="*fp8e4nv", vc_ptr="*fp8e4nv", slot_ptr="*i64",
            k_scale="fp32", v_scale="fp32", stride_kt="i32", stride_kh="i32", stride_vt="i32",

@@ -43,6 +43,9 @@
 #   slowsteps  cProfile of the workload's slowest host steps (profile_slow_steps.py)
 #   tilecost  partly filled last KV tiles vs full ones (sweep_decode_attn --tile-cost)
 #   serve   the online benchmark only (500 x 512/128, burst)
+#   pdl     programmatic dependent launch for the step's Triton kernels (session 5's, now
+#           with split-K and the persistent grid's deal before its wait): greedy tokens vs
+#           HF, then the workload with STRIXLM_DISABLE_PDL=0 / 1, alternating
 #   trace   the workload once traced (warm Triton cache assumed): host vs GPU per step kind
 #   quickchecks  glue kernels vs torch (and qk_norm_rope's replay time), greedy tokens vs
 #           HF on CUDA, host syncs per step at batch 256 and 64 (checks without MoE / order
@@ -161,6 +164,11 @@ if has slowsteps; then
 fi
 if has tilecost; then
   run tilecost 100 python benchmarks/gpu/sweep_decode_attn.py --tile-cost --json "$OUT/tile_cost.json"
+fi
+if has pdl; then
+  run e2e 240 python benchmarks/gpu/check_e2e.py
+  run tp_warm 100 $TP --model qwen3-0.6b
+  ab_tp STRIXLM_DISABLE_PDL tp_pdl on1:0 off1:1 on2:0 off2:1
 fi
 if has trace; then
   STRIXLM_STEP_TRACE=/tmp/trace.csv run tp_traced 100 $TP --model qwen3-0.6b \

@@ -10,6 +10,8 @@ import torch
 import triton
 import triton.language as tl
 
+from strixlm.kernels.pdl import pdl_enabled, pdl_prologue
+
 
 @triton.jit
 def silu_mul(g, u):
@@ -21,7 +23,10 @@ def silu_mul(g, u):
 
 
 @triton.jit
-def _silu_and_mul_kernel(x_ptr, out_ptr, n_cols, x_stride, o_stride, BLOCK: tl.constexpr):
+def _silu_and_mul_kernel(
+    x_ptr, out_ptr, n_cols, x_stride, o_stride, BLOCK: tl.constexpr, PDL: tl.constexpr
+):
+    pdl_prologue(PDL)
     # Grid (rows, column blocks): wide intermediates keep many SMs busy even at T = 1.
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
@@ -51,5 +56,9 @@ def silu_and_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tens
         return out
     block = min(1024, triton.next_power_of_2(n_cols))
     grid = (n_rows, triton.cdiv(n_cols, block))
-    _silu_and_mul_kernel[grid](x2, o2, n_cols, x2.stride(0), o2.stride(0), BLOCK=block, num_warps=4)
+    pdl = pdl_enabled(x2)
+    _silu_and_mul_kernel[grid](
+        x2, o2, n_cols, x2.stride(0), o2.stride(0), BLOCK=block, PDL=pdl, num_warps=4,
+        launch_pdl=pdl,
+    )  # fmt: skip
     return out

@@ -13,12 +13,14 @@ from __future__ import annotations
 import torch
 
 from strixlm.kernels.kv_write import HAS_TRITON
+from strixlm.kernels.pdl import pdl_enabled
 
 if HAS_TRITON:
     import triton
     import triton.language as tl
 
     from strixlm.kernels.activation import silu_mul
+    from strixlm.kernels.pdl import pdl_prologue
 
 # Rows of x the kernel handles; above this the GEMM libraries win.
 MAX_ROWS = 8
@@ -60,7 +62,9 @@ if HAS_TRITON:
         EVEN_K: tl.constexpr,
         RELU2: tl.constexpr,
         SILU_MUL: tl.constexpr,
+        PDL: tl.constexpr,
     ):
+        pdl_prologue(PDL)
         pid = tl.program_id(0)
         offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
         offs_k = tl.arange(0, BLOCK_K)
@@ -175,6 +179,7 @@ def gemv(
     assert x.stride(1) == 1 and weight.stride(1) == 1
     out = torch.empty((m, n), dtype=out_dtype or x.dtype, device=x.device)
     block_k = min(block_k, triton.next_power_of_2(k))
+    pdl = pdl_enabled(x)
     _gemv_kernel[(triton.cdiv(n, block_n),)](
         out,
         x,
@@ -192,6 +197,8 @@ def gemv(
         EVEN_K=k % block_k == 0,
         RELU2=relu2,
         SILU_MUL=silu_mul,
+        PDL=pdl,
         num_warps=4,
+        launch_pdl=pdl,
     )
     return out

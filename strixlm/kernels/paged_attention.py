@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from strixlm.kernels.kv_write import FP8_DTYPE, HAS_TRITON
+from strixlm.kernels.pdl import pdl_enabled
 
 if TYPE_CHECKING:
     from strixlm.kernels.qk_norm_rope import QKNormRopeWrite
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
 if HAS_TRITON:
     import triton
     import triton.language as tl
+
+    from strixlm.kernels.pdl import pdl_prologue
 
 LOG2E = 1.4426950408889634
 # Split heuristic knobs (see choose_num_splits); tuned on the H200 by
@@ -382,7 +385,9 @@ if HAS_TRITON:
         SEQ_GRID: tl.constexpr,
         HAS_ORDER: tl.constexpr,
         FP8_PAIRS: tl.constexpr,
+        PDL: tl.constexpr,
     ):
+        pdl_prologue(PDL)
         kv_head = tl.program_id(1)
         seg = tl.program_id(2)
         if SEQ_GRID:
@@ -476,7 +481,9 @@ if HAS_TRITON:
         DIM_P: tl.constexpr,
         NUM_SEGS: tl.constexpr,
         SEGS_P: tl.constexpr,
+        PDL: tl.constexpr,
     ):
+        pdl_prologue(PDL)
         t = tl.program_id(0).to(tl.int64)
         h = tl.program_id(1)
         offs_s = tl.arange(0, SEGS_P)
@@ -612,8 +619,10 @@ def paged_attention(
         SEQ_GRID=seq_grid,
         HAS_ORDER=seq_grid and seq_order is not None,
         FP8_PAIRS=fp8_pairs(q, kv_cache),
+        PDL=pdl_enabled(q),
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
+        launch_pdl=pdl_enabled(q),
     )
     if split:
         merge_segments(out, segm_acc, segm_max, segm_sum, float(v_scale), cfg.num_splits)
@@ -654,7 +663,9 @@ def merge_segments(
         DIM_P=dim_p,
         NUM_SEGS=segs,
         SEGS_P=_pow2(segs),
+        PDL=pdl_enabled(out),
         num_warps=4 if dim_p >= 128 else 2,
+        launch_pdl=pdl_enabled(out),
     )
 
 

@@ -42,6 +42,7 @@ from strixlm.kernels.paged_attention import (
     merge_segments,
     segment_buffers,
 )
+from strixlm.kernels.pdl import pdl_enabled
 from strixlm.kernels.qk_norm_rope import QKNormRopeWrite
 
 if HAS_TRITON:
@@ -54,6 +55,7 @@ if HAS_TRITON:
         store_out_rows,
         store_segment_partial,
     )
+    from strixlm.kernels.pdl import pdl_prologue
     from strixlm.kernels.qk_norm_rope import norm_rope_decode_items
 
     try:
@@ -207,6 +209,7 @@ if HAS_TRITON:
         FP8: tl.constexpr,
         TIMING: tl.constexpr,
         DYNAMIC: tl.constexpr,
+        PDL: tl.constexpr,
     ):
         p = tl.program_id(0)
         n_prog = tl.num_programs(0)
@@ -237,6 +240,10 @@ if HAS_TRITON:
         ends = tl.cumsum(tiles, axis=0)
         firsts = ends - tiles
         total = tl.sum(tiles, axis=0)
+        # The deal reads only the step's inputs, written before the previous kernel (which
+        # waited for them before it let this one start): the wait for the previous
+        # kernel's q and K/V comes after it.
+        pdl_prologue(PDL)
 
         offs_m = tl.arange(0, BLOCK_M)
         offs_d = tl.arange(0, DIM_P)
@@ -454,8 +461,10 @@ def paged_decode_persistent(
         FP8=kv_cache.dtype == FP8_DTYPE,
         TIMING=timing is not None,
         DYNAMIC=n_dyn > 0,
+        PDL=pdl_enabled(q),
         num_warps=num_warps,
         num_stages=num_stages,
+        launch_pdl=pdl_enabled(q),
     )
     if num_segs > 1:
         merge_segments(out, *segm, float(v_scale), num_segs)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from strixlm.kernels.kv_write import FP8_DTYPE
+from strixlm.kernels.pdl import pdl_enabled
 from strixlm.layers.rotary import RotaryEmbedding
 
 try:
@@ -22,6 +23,7 @@ try:
     import triton.language as tl
 
     from strixlm.kernels.kv_write import cache_value
+    from strixlm.kernels.pdl import pdl_prologue
     from strixlm.kernels.rotary import check_rotary_inputs, head_tiles
 
     HAS_TRITON = True
@@ -175,7 +177,9 @@ if HAS_TRITON:
         WRITE_KV: tl.constexpr,
         BLOCK_SIZE: tl.constexpr,
         FP8: tl.constexpr,
+        PDL: tl.constexpr,
     ):
+        pdl_prologue(PDL)
         # Two programs per token, one for the q heads and one for k (and the cache write of
         # k and v): decode steps have few tokens, and one program doing both serialized
         # the two halves' load latencies. Each loads its cos/sin row and weight once and
@@ -283,6 +287,7 @@ def qk_norm_rope_inplace(
     else:
         v, kc, vc, slot_mapping = k, k, k, positions  # never read without WRITE_KV
     block_h, block_half = head_tiles(n_q_heads, k.shape[1], half)
+    pdl = pdl_enabled(q)
     _qk_norm_rope_kernel[(t, 2)](
         q,
         k,
@@ -318,7 +323,9 @@ def qk_norm_rope_inplace(
         WRITE_KV=write,
         BLOCK_SIZE=kv_cache.shape[2] if write else 1,
         FP8=write and kv_cache.dtype == FP8_DTYPE,
+        PDL=pdl,
         num_warps=4,
+        launch_pdl=pdl,
     )
 
 

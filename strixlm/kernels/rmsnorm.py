@@ -17,6 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
+from strixlm.kernels.pdl import pdl_enabled, pdl_prologue
 from strixlm.layers.splitk_partials import SplitKPartials
 
 
@@ -38,7 +39,9 @@ def _rmsnorm_kernel(
     HAS_RESIDUAL: tl.constexpr,
     BLOCK: tl.constexpr,
     NUM_PARTS: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    pdl_prologue(PDL)
     # One program per row; rows are addressed by two strides so a [T, H, D] view into a
     # wider buffer (q/k norm on a slice of the qkv output) needs no copy.
     row = tl.program_id(0).to(tl.int64)
@@ -124,6 +127,7 @@ def _launch(
     block = triton.next_power_of_2(n_cols)
     # ~8 elements (16 bytes of bf16) per thread: vector loads, and one warp for head_dim rows.
     num_warps = max(1, min(16, block // 256))
+    pdl = pdl_enabled(xv)
     _rmsnorm_kernel[(n_rows,)](
         xv,
         residual if residual is not None else xv,
@@ -141,7 +145,9 @@ def _launch(
         HAS_RESIDUAL=residual is not None,
         BLOCK=block,
         NUM_PARTS=num_parts,
+        PDL=pdl,
         num_warps=num_warps,
+        launch_pdl=pdl,
     )
     return out
 

@@ -24,11 +24,14 @@ import torch
 
 from strixlm.kernels.dispatch import HAS_TRITON
 from strixlm.kernels.gemv import MAX_ROWS as GEMV_MAX_ROWS
+from strixlm.kernels.pdl import pdl_enabled
 from strixlm.layers.splitk_partials import SplitKPartials
 
 if HAS_TRITON:
     import triton
     import triton.language as tl
+
+    from strixlm.kernels.pdl import pdl_prologue
 
 # Wider outputs already make enough tiles; only N = 1024 was measured, 2048 is a guess.
 MAX_N = 2048
@@ -123,7 +126,9 @@ if HAS_TRITON:
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr,
+        PDL: tl.constexpr,
     ):
+        pdl_prologue(PDL)
         # Program (n tile, m tile, k slice) writes part[slice, m tile, n tile] in fp32.
         # K_PER (K / SPLIT) is a multiple of BLOCK_K, so only rows and columns are masked.
         pid_n = tl.program_id(0)
@@ -165,6 +170,7 @@ def splitk_partials(x: torch.Tensor, w: torch.Tensor, cfg: SplitKConfig) -> Spli
     parts = torch.empty((cfg.split, m, n), dtype=torch.float32, device=x.device)
     if m:
         grid = (triton.cdiv(n, cfg.block_n), triton.cdiv(m, cfg.block_m), cfg.split)
+        pdl = pdl_enabled(x)
         _splitk_partials_kernel[grid](
             x,
             w,
@@ -177,7 +183,9 @@ def splitk_partials(x: torch.Tensor, w: torch.Tensor, cfg: SplitKConfig) -> Spli
             BLOCK_M=cfg.block_m,
             BLOCK_N=cfg.block_n,
             BLOCK_K=cfg.block_k,
+            PDL=pdl,
             num_warps=cfg.num_warps,
             num_stages=cfg.num_stages,
+            launch_pdl=pdl,
         )
     return SplitKPartials(parts, x.dtype)
