@@ -46,9 +46,6 @@
 #   pdl     programmatic dependent launch for the step's Triton kernels (session 5's, now
 #           with split-K and the persistent grid's deal before its wait): greedy tokens vs
 #           HF, then the workload with STRIXLM_DISABLE_PDL=0 / 1, alternating
-#   pdlpf   PDL kernels hinting into L2 before their wait what does not depend on the
-#           previous kernel (split-K / GEMV weights, the persistent grid's first KV tile):
-#           greedy tokens vs HF, then the workload with STRIXLM_PDL_PREFETCH=1 / 0
 #   trace   the workload once traced (warm Triton cache assumed): host vs GPU per step kind
 #   quickchecks  glue kernels vs torch (and qk_norm_rope's replay time), greedy tokens vs
 #           HF on CUDA, host syncs per step at batch 256 and 64 (checks without MoE / order
@@ -172,11 +169,6 @@ if has pdl; then
   run e2e 240 python benchmarks/gpu/check_e2e.py
   run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_DISABLE_PDL tp_pdl on1:0 off1:1 on2:0 off2:1
-fi
-if has pdlpf; then
-  run e2e 240 python benchmarks/gpu/check_e2e.py
-  run tp_warm 100 $TP --model qwen3-0.6b
-  ab_tp STRIXLM_PDL_PREFETCH tp_pdlpf on1:1 off1:0 on2:1 off2:0
 fi
 if has trace; then
   STRIXLM_STEP_TRACE=/tmp/trace.csv run tp_traced 100 $TP --model qwen3-0.6b \

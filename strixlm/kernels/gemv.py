@@ -13,14 +13,14 @@ from __future__ import annotations
 import torch
 
 from strixlm.kernels.kv_write import HAS_TRITON
-from strixlm.kernels.pdl import pdl_enabled, prefetch_enabled
+from strixlm.kernels.pdl import pdl_enabled
 
 if HAS_TRITON:
     import triton
     import triton.language as tl
 
     from strixlm.kernels.activation import silu_mul
-    from strixlm.kernels.pdl import pdl_prologue, prefetch_before_wait
+    from strixlm.kernels.pdl import pdl_prologue
 
 # Rows of x the kernel handles; above this the GEMM libraries win.
 MAX_ROWS = 8
@@ -63,20 +63,13 @@ if HAS_TRITON:
         RELU2: tl.constexpr,
         SILU_MUL: tl.constexpr,
         PDL: tl.constexpr,
-        PREFETCH: tl.constexpr,
-        PF_LINES: tl.constexpr,
-        LINE_ELEMS: tl.constexpr,
     ):
+        pdl_prologue(PDL)
         pid = tl.program_id(0)
         offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
         offs_k = tl.arange(0, BLOCK_K)
         n_ok = offs_n < N
         w_rows = w_ptr + offs_n.to(tl.int64)[:, None] * stride_wn
-        # The program's weight rows into L2 while the previous kernel drains (PDL).
-        lines = tl.arange(0, PF_LINES) * LINE_ELEMS
-        pf_ok = n_ok[:, None] & (lines < K)[None, :]
-        prefetch_before_wait(tl.where(pf_ok, w_rows + lines[None, :], w_ptr), PREFETCH)
-        pdl_prologue(PDL)
         acc0 = tl.zeros([BLOCK_N], dtype=tl.float32)
         acc1 = tl.zeros([BLOCK_N], dtype=tl.float32)
         acc2 = tl.zeros([BLOCK_N], dtype=tl.float32)
@@ -205,9 +198,6 @@ def gemv(
         RELU2=relu2,
         SILU_MUL=silu_mul,
         PDL=pdl,
-        PREFETCH=prefetch_enabled(x),
-        PF_LINES=triton.next_power_of_2(max(1, k * weight.element_size() // 128)),
-        LINE_ELEMS=128 // weight.element_size(),
         num_warps=4,
         launch_pdl=pdl,
     )

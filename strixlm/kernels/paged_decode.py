@@ -42,7 +42,7 @@ from strixlm.kernels.paged_attention import (
     merge_segments,
     segment_buffers,
 )
-from strixlm.kernels.pdl import pdl_enabled, prefetch_enabled
+from strixlm.kernels.pdl import pdl_enabled
 from strixlm.kernels.qk_norm_rope import QKNormRopeWrite
 
 if HAS_TRITON:
@@ -55,7 +55,7 @@ if HAS_TRITON:
         store_out_rows,
         store_segment_partial,
     )
-    from strixlm.kernels.pdl import pdl_prologue, prefetch_before_wait
+    from strixlm.kernels.pdl import pdl_prologue
     from strixlm.kernels.qk_norm_rope import norm_rope_decode_items
 
     try:
@@ -210,9 +210,6 @@ if HAS_TRITON:
         TIMING: tl.constexpr,
         DYNAMIC: tl.constexpr,
         PDL: tl.constexpr,
-        PREFETCH: tl.constexpr,
-        PF_LINES: tl.constexpr,
-        LINE_ELEMS: tl.constexpr,
     ):
         p = tl.program_id(0)
         n_prog = tl.num_programs(0)
@@ -245,21 +242,7 @@ if HAS_TRITON:
         total = tl.sum(tiles, axis=0)
         # The deal reads only the step's inputs, written before the previous kernel (which
         # waited for them before it let this one start): the wait for the previous
-        # kernel's q and K/V comes after it. Before it too, the first tile of this
-        # program's first item is hinted into L2 (the cache rows of earlier steps; the
-        # newest row, still being written, is only hinted).
-        if PREFETCH:
-            first = idx == 0
-            pos0 = tl.sum(tl.where(first, los, 0), axis=0) * TILE + tl.arange(0, TILE)
-            ok0 = pos0 < tl.sum(tl.where(first, tl.where(tiles > 0, lens, 0), 0), axis=0)
-            seq0 = tl.sum(tl.where(first, seqs, 0), axis=0).to(tl.int64)
-            blk0 = tl.load(block_table_ptr + seq0 * stride_bt + pos0 // BLOCK_SIZE, mask=ok0,
-                           other=0).to(tl.int64)  # fmt: skip
-            row0 = blk0 * stride_cb + (pos0 % BLOCK_SIZE) * stride_cs + kv_head * stride_ch
-            lines = tl.arange(0, PF_LINES) * LINE_ELEMS
-            pf0 = tl.where(ok0[:, None] & (lines < HEAD_DIM)[None, :], row0[:, None] + lines, 0)
-            prefetch_before_wait(k_cache_ptr + pf0, PREFETCH)
-            prefetch_before_wait(v_cache_ptr + pf0, PREFETCH)
+        # kernel's q and K/V comes after it.
         pdl_prologue(PDL)
 
         offs_m = tl.arange(0, BLOCK_M)
@@ -479,9 +462,6 @@ def paged_decode_persistent(
         TIMING=timing is not None,
         DYNAMIC=n_dyn > 0,
         PDL=pdl_enabled(q),
-        PREFETCH=prefetch_enabled(q),
-        PF_LINES=_pow2(max(1, d * kv_cache.element_size() // 128)),
-        LINE_ELEMS=max(1, 128 // kv_cache.element_size()),
         num_warps=num_warps,
         num_stages=num_stages,
         launch_pdl=pdl_enabled(q),

@@ -30,12 +30,6 @@ if HAS_TRITON:
 _CAPABILITY: dict[int, int] = {}
 
 
-def prefetch_enabled(x: torch.Tensor) -> bool:
-    """Hint L2 before the wait (prefetch_before_wait): with PDL, unless
-    STRIXLM_PDL_PREFETCH=0 (for A/B runs)."""
-    return pdl_enabled(x) and os.environ.get("STRIXLM_PDL_PREFETCH", "1") != "0"
-
-
 def pdl_enabled(x: torch.Tensor) -> bool:
     """Launch x's kernels with PDL: a CUDA tensor on an sm90+ device, unless disabled."""
     if not (x.is_cuda and HAS_TRITON) or os.environ.get("STRIXLM_DISABLE_PDL", "0") != "0":
@@ -53,19 +47,3 @@ if HAS_TRITON:
         if PDL:
             gdc_wait()
             gdc_launch_dependents()
-
-    @triton.jit
-    def prefetch_before_wait(ptrs, PREFETCH: tl.constexpr):
-        # Called before pdl_prologue on data no kernel of the step writes (weights): a
-        # kernel that starts early asks for them while its predecessor drains, and reads
-        # them from L2 after the wait. One prefetch.global.L2 (a 128-byte line) per pointer;
-        # the dummy output keeps the asm. PREFETCH only with PDL (compiled for sm90+).
-        if PREFETCH:
-            tl.inline_asm_elementwise(
-                "prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;",
-                "=r,l",
-                [ptrs],
-                dtype=tl.int32,
-                is_pure=False,
-                pack=1,
-            )

@@ -24,14 +24,14 @@ import torch
 
 from strixlm.kernels.dispatch import HAS_TRITON
 from strixlm.kernels.gemv import MAX_ROWS as GEMV_MAX_ROWS
-from strixlm.kernels.pdl import pdl_enabled, prefetch_enabled
+from strixlm.kernels.pdl import pdl_enabled
 from strixlm.layers.splitk_partials import SplitKPartials
 
 if HAS_TRITON:
     import triton
     import triton.language as tl
 
-    from strixlm.kernels.pdl import pdl_prologue, prefetch_before_wait
+    from strixlm.kernels.pdl import pdl_prologue
 
 # Wider outputs already make enough tiles; only N = 1024 was measured, 2048 is a guess.
 MAX_N = 2048
@@ -127,10 +127,8 @@ if HAS_TRITON:
         BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr,
         PDL: tl.constexpr,
-        PREFETCH: tl.constexpr,
-        PF_LINES: tl.constexpr,
-        LINE_ELEMS: tl.constexpr,
     ):
+        pdl_prologue(PDL)
         # Program (n tile, m tile, k slice) writes part[slice, m tile, n tile] in fp32.
         # K_PER (K / SPLIT) is a multiple of BLOCK_K, so only rows and columns are masked.
         pid_n = tl.program_id(0)
@@ -142,13 +140,6 @@ if HAS_TRITON:
         row_ok = rows < M
         col_ok = cols < N
         k_lo = pid_k * K_PER
-        # This program's weight slice (PF_LINES 128-byte lines per row) into L2 while the
-        # previous kernel drains: with PDL the program starts before it has finished.
-        lines = tl.arange(0, PF_LINES) * LINE_ELEMS
-        pf_ok = col_ok[:, None] & (lines < K_PER)[None, :]
-        pf = cols[:, None] * stride_wn + k_lo + lines[None, :]
-        prefetch_before_wait(w_ptr + tl.where(pf_ok, pf, 0), PREFETCH)
-        pdl_prologue(PDL)
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         for k0 in range(k_lo, k_lo + K_PER, BLOCK_K):
             a = tl.load(
@@ -193,9 +184,6 @@ def splitk_partials(x: torch.Tensor, w: torch.Tensor, cfg: SplitKConfig) -> Spli
             BLOCK_N=cfg.block_n,
             BLOCK_K=cfg.block_k,
             PDL=pdl,
-            PREFETCH=prefetch_enabled(x),
-            PF_LINES=triton.next_power_of_2(max(1, k // cfg.split * w.element_size() // 128)),
-            LINE_ELEMS=128 // w.element_size(),
             num_warps=cfg.num_warps,
             num_stages=cfg.num_stages,
             launch_pdl=pdl,
