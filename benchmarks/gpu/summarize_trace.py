@@ -18,7 +18,7 @@ from collections import defaultdict
 def main(path: str) -> None:
     rows = list(csv.DictReader(open(path)))
     recs = [{k: float(v) for k, v in r.items()} for r in rows]
-    buckets: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0.0, 0.0])
+    buckets: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0] * 8)
     edges = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 10**9]
     total = 0.0
     for cur, nxt in zip(recs, recs[1:], strict=False):
@@ -34,17 +34,22 @@ def main(path: str) -> None:
         b[2] += host
         b[3] += cur["wait_ms"]
         b[4] += wall - host - cur["wait_ms"]
+        b[5] += cur["schedule_ms"]
+        b[6] += cur["launch_ms"]
+        b[7] += cur["update_ms"]
     print(f"{len(recs)} steps, {total / 1e3:.2f} s traced")
     print(
         f"{'kind':8s} {'reqs':>7s} {'steps':>6s} {'total s':>8s} {'share':>6s} "
         f"{'wall ms':>8s} {'host ms':>8s} {'wait ms':>8s} {'other ms':>8s}"
+        f" {'sched':>6s} {'launch':>6s} {'update':>6s}"
     )
-    for (kind, lab), (n, wall, host, wait, other) in sorted(
+    for (kind, lab), (n, wall, host, wait, other, sch, lau, upd) in sorted(
         buckets.items(), key=lambda kv: (kv[0][0], int(kv[0][1][2:]))
     ):
         print(
             f"{kind:8s} {lab:>7s} {int(n):6d} {wall / 1e3:8.3f} {wall / total:6.1%} "
             f"{wall / n:8.2f} {host / n:8.2f} {wait / n:8.2f} {other / n:8.2f}"
+            f" {sch / n:6.2f} {lau / n:6.2f} {upd / n:6.2f}"
         )
     # Steps where the GPU result was already there (host-bound: the GPU may have idled).
     walls = [
