@@ -174,6 +174,7 @@ if has trace; then
   STRIXLM_STEP_TRACE=/tmp/trace.csv run tp_traced 100 $TP --model qwen3-0.6b \
     --output-json "$OUT/tp_traced.json"
   python benchmarks/gpu/summarize_trace.py /tmp/trace.csv | tee "$OUT/trace_summary.txt" | head -40
+  cp /tmp/trace.csv "$OUT/trace.csv"  # per step: schedule / launch / wait / update
 fi
 if has serve; then
   bash benchmarks/gpu/run_issue3.sh serve 2>&1 | grep -v -i warn | tail -24
