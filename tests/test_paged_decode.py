@@ -389,7 +389,8 @@ for cache_dt in ("bf16", "fp8e4nv"):
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in div16}
     src = ASTSource(pdk._paged_decode_persistent_kernel,
                     {**sig, **{k: "constexpr" for k in consts}}, consts, attrs)
-    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=2, num_stages=3))
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                       options=dict(num_warps=2, num_stages=3))
     assert ("griddepcontrol.wait" in k.asm["ptx"]) == fp8  # PDL: the wait after the deal
 print("compiled")
 """
