@@ -12,10 +12,23 @@ pytest.importorskip("triton", reason="triton is not installed")
 from strixlm.kernels import pdl  # noqa: E402
 
 
-def test_pdl_off_for_cpu_tensors_and_when_disabled(monkeypatch):
-    assert not pdl.pdl_enabled(torch.zeros(1))
-    monkeypatch.setenv("STRIXLM_DISABLE_PDL", "1")
-    assert not pdl.pdl_enabled(torch.zeros(1))
+class _CudaTensor:
+    """Stands in for a CUDA tensor: pdl_enabled reads only is_cuda and device."""
+
+    is_cuda = True
+    device = torch.device("cuda", 0)
+
+
+@pytest.mark.parametrize(
+    "major, disabled, want",
+    [(9, False, True), (10, False, True), (8, False, False), (9, True, False)],
+)
+def test_pdl_on_for_sm90_cuda_tensors_unless_disabled(monkeypatch, major, disabled, want):
+    monkeypatch.setattr(pdl, "_CAPABILITY", {})
+    monkeypatch.setattr(pdl, "DISABLED", disabled)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda idx: (major, 0))
+    assert pdl.pdl_enabled(_CudaTensor()) is want
+    assert not pdl.pdl_enabled(torch.zeros(1))  # CPU tensors never
 
 
 AOT = r"""

@@ -584,6 +584,7 @@ def paged_attention(
     if kv_cache.dtype != FP8_DTYPE:
         k_scale = v_scale = 1.0
     kc, vc = kv_cache[0], kv_cache[1]
+    pdl = pdl_enabled(q)
     if split:
         segm_acc, segm_max, segm_sum = segment_buffers(t, hq, cfg.num_splits, dim_p, q.device)
     else:
@@ -619,10 +620,10 @@ def paged_attention(
         SEQ_GRID=seq_grid,
         HAS_ORDER=seq_grid and seq_order is not None,
         FP8_PAIRS=fp8_pairs(q, kv_cache),
-        PDL=pdl_enabled(q),
+        PDL=pdl,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
-        launch_pdl=pdl_enabled(q),
+        launch_pdl=pdl,
     )
     if split:
         merge_segments(out, segm_acc, segm_max, segm_sum, float(v_scale), cfg.num_splits)
@@ -650,6 +651,7 @@ def merge_segments(
     """Combine the segments' partial rows into out [T, Hq, D] (one program per row)."""
     t, hq, d = out.shape
     dim_p = segm_acc.shape[-1]
+    pdl = pdl_enabled(out)
     _merge_segments_kernel[(t, hq)](
         out,
         segm_acc,
@@ -663,9 +665,9 @@ def merge_segments(
         DIM_P=dim_p,
         NUM_SEGS=segs,
         SEGS_P=_pow2(segs),
-        PDL=pdl_enabled(out),
+        PDL=pdl,
         num_warps=4 if dim_p >= 128 else 2,
-        launch_pdl=pdl_enabled(out),
+        launch_pdl=pdl,
     )
 
 

@@ -415,6 +415,7 @@ def paged_decode_persistent(
         k_scale = v_scale = 1.0
     kc, vc = kv_cache[0], kv_cache[1]
     dim_p = max(16, _pow2(d))
+    pdl = pdl_enabled(q)
     if num_segs > 1:
         segm = segment_buffers(q.shape[0], hq, num_segs, dim_p, q.device)
     else:
@@ -461,10 +462,10 @@ def paged_decode_persistent(
         FP8=kv_cache.dtype == FP8_DTYPE,
         TIMING=timing is not None,
         DYNAMIC=n_dyn > 0,
-        PDL=pdl_enabled(q),
+        PDL=pdl,
         num_warps=num_warps,
         num_stages=num_stages,
-        launch_pdl=pdl_enabled(q),
+        launch_pdl=pdl,
     )
     if num_segs > 1:
         merge_segments(out, *segm, float(v_scale), num_segs)

@@ -11,7 +11,7 @@ writes, so the stream's ordering is kept exactly; it waits before it lets its ow
 successor launch, so a kernel that starts early may read anything written before its
 predecessor (the persistent decode kernel deals its sequences before the wait). A
 successor without PDL (cuBLAS) ignores the early trigger. STRIXLM_DISABLE_PDL=1 turns it
-off, for A/B runs.
+off (read at import), for A/B runs.
 """
 
 from __future__ import annotations
@@ -27,12 +27,14 @@ if HAS_TRITON:
     import triton.language as tl
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+# STRIXLM_DISABLE_PDL=1 (read at import, like the other A/B knobs): plain launches.
+DISABLED = os.environ.get("STRIXLM_DISABLE_PDL", "0") != "0"
 _CAPABILITY: dict[int, int] = {}
 
 
 def pdl_enabled(x: torch.Tensor) -> bool:
     """Launch x's kernels with PDL: a CUDA tensor on an sm90+ device, unless disabled."""
-    if not (x.is_cuda and HAS_TRITON) or os.environ.get("STRIXLM_DISABLE_PDL", "0") != "0":
+    if DISABLED or not (x.is_cuda and HAS_TRITON):
         return False
     idx = x.device.index if x.device.index is not None else torch.cuda.current_device()
     if idx not in _CAPABILITY:
