@@ -133,13 +133,25 @@ class EarlyServer:
             self._future.result().close()
 
 
-def module_uses(request, fixture: str) -> bool:
-    """Whether any selected test of the requesting module uses `fixture`."""
-    return any(
+def boot_early_for(request, fixture: str, model: str | None, *args: str, first=()):
+    """For a module-scoped autouse fixture: yields an EarlyServer (closed afterwards) when
+    a selected test of the requesting module uses `fixture`, else None (nothing boots).
+    first: fixtures to set up before it boots (e.g. a model it will look for)."""
+    used = any(
         fixture in item.fixturenames
         for item in request.session.items
         if getattr(item, "module", None) is request.module
     )
+    if not used:
+        yield None
+        return
+    for name in first:
+        request.getfixturevalue(name)
+    early = EarlyServer(model, *args)
+    try:
+        yield early
+    finally:
+        early.close()
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ import time
 import httpx
 import openai
 import pytest
-from server_utils import EarlyServer, RemoteServer, metric, module_uses
+from server_utils import RemoteServer, boot_early_for, metric
 
 API_KEY = "sk-strixlm-test"
 MAX_LEN = 512
@@ -22,13 +22,9 @@ MAX_LEN = 512
 @pytest.fixture(scope="module", autouse=True)
 def early_default_server(request):
     """The default model's server (the last test's) boots in the background meanwhile."""
-    if not module_uses(request, "default_server"):
-        yield None
-        return
-    request.getfixturevalue("smollm2_dir")  # converted before the server looks for it
-    early = EarlyServer(None, "--max-model-len", "512", "--kv-cache-memory", str(32 << 20))
-    yield early
-    early.close()
+    args = ("--max-model-len", "512", "--kv-cache-memory", str(32 << 20))
+    # The default model is converted before the server looks for it.
+    yield from boot_early_for(request, "default_server", None, *args, first=("smollm2_dir",))
 
 
 @pytest.fixture(scope="module")

@@ -143,20 +143,15 @@ def test_bad_prompt_logprobs_rejected(bad):
 @pytest.fixture(scope="module", autouse=True)
 def early_server(request):
     """The server boots in the background while the offline tests above run."""
-    from server_utils import EarlyServer, module_uses
+    from server_utils import boot_early_for
 
-    if not module_uses(request, "server"):
-        yield None
-        return
-    early = EarlyServer(
-        request.getfixturevalue("tiny_llama_dir"),
+    yield from boot_early_for(
+        request, "server", request.getfixturevalue("tiny_llama_dir"),
         "--dtype", "float32",
         "--max-model-len", "256",
         "--max-num-batched-tokens", "16",
         "--kv-cache-memory", str(64 << 20),
     )  # fmt: skip
-    yield early
-    early.close()
 
 
 @pytest.fixture(scope="module")
