@@ -67,6 +67,10 @@ def case(request):
     return folder, prompts, hf_reference(folder, prompts, n), greedy, blocks
 
 
+# The full-length greedy request, for the other HF comparisons (test_qwen3_moe_hf.py).
+GREEDY = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True, logprobs=5)
+
+
 def check_against_hf(outs, refs, logprob_check: bool = True) -> None:
     for i, (o, (ref_toks, ref_lps)) in enumerate(zip(outs, refs, strict=True)):
         c = o.outputs[0]
