@@ -75,6 +75,9 @@ def main() -> None:
         s = io.StringIO()
         pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(25)
         print(s.getvalue()[:6000])
+        s = io.StringIO()
+        pstats.Stats(prof, stream=s).sort_stats("cumtime").print_stats(40)
+        print(s.getvalue()[:9000])
         with torch.profiler.profile(
             activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
         ) as p:

@@ -60,6 +60,10 @@
 #   inductor  torch.compile max-autotune GEMMs at M=256 vs cuBLAS (bench_decode_gemm --inductor)
 #   gemm    decode GEMMs at batch 64-256: cuBLAS vs weight layout vs split-K Triton, and
 #           the roofline (bench_decode_gemm.py; an experiment for issue 3's next lever)
+#   sgraph  decode steps sampled in CUDA graphs (sample_graphs.py): tokens vs the eager
+#           sampler, greedy vs HF, then batch-1 / batch-32 step time with the graphs on / off
+#           (STRIXLM_DISABLE_SAMPLE_GRAPHS), alternating, and the workload traced
+#   sgraphab the workload with the sampling graphs on / off, alternating, after a warm-up
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
 SECTIONS=${*:-checks}
 source benchmarks/gpu/lib.sh
@@ -247,4 +251,17 @@ if has fp8; then  # fp8 KV: cache bytes equal to torch's cast (the -0.0 fix), th
   run attn_check 150 python benchmarks/gpu/check_attention.py --quick
   run tp_fp8_warm 100 $TP --model qwen3-0.6b --kv-cache-dtype fp8
   run tp_fp8 100 $TP --model qwen3-0.6b --kv-cache-dtype fp8 --output-json "$OUT/tp_fp8.json"
+fi
+if has sgraph; then
+  run sgraph_check 200 python benchmarks/gpu/check_sample_graphs.py
+  run e2e 240 python benchmarks/gpu/check_e2e.py
+  for v in on1:0 off1:1 on2:0 off2:1; do
+    STRIXLM_DISABLE_SAMPLE_GRAPHS=${v#*:} timeout 150 python benchmarks/gpu/profile_step.py \
+      --batch 1 32 --steps 100 > "$OUT/sgraph_step_${v%%:*}.log" 2>&1
+    grep "#####" "$OUT/sgraph_step_${v%%:*}.log" | sed "s/^/sgraph ${v%%:*} /"
+  done
+fi
+if has sgraphab; then
+  run tp_warm 100 $TP --model qwen3-0.6b
+  ab_tp STRIXLM_DISABLE_SAMPLE_GRAPHS tp_sg on1:0 off1:1 on2:0 off2:1
 fi

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from strixlm.kernels.input_prep import prepare_inputs
+from strixlm.worker.host_copy import PinnedStaging
 from strixlm.worker.states import RequestStateTable
 
 
@@ -24,11 +25,24 @@ class InputBuffers:
         self.positions = torch.zeros(max_tokens, dtype=torch.int64, device=device)
         self.slot_mapping = torch.zeros(max_tokens, dtype=torch.int64, device=device)
         self.seq_lens = torch.zeros(max_reqs, dtype=torch.int32, device=device)
-        self.query_start_loc = torch.zeros(max_reqs + 1, dtype=torch.int32, device=device)
-        self.rows = torch.zeros(max_reqs, dtype=torch.int32, device=device)
-        self.seq_order = torch.zeros(max_reqs, dtype=torch.int32, device=device)
+        # The host's per-step arrays, in one buffer so that one copy sends them all:
+        # rows | query_start_loc | seq_order.
+        self.meta = torch.zeros(3 * max_reqs + 1, dtype=torch.int32, device=device)
+        self.rows = self.meta[:max_reqs]
+        self.query_start_loc = self.meta[max_reqs : 2 * max_reqs + 1]
+        self.seq_order = self.meta[2 * max_reqs + 1 :]
+        self.max_reqs = max_reqs
+        self.staging = PinnedStaging(self.meta.numel(), torch.int32, device)
         self.device = device
-        self.pin = device.startswith("cuda")
+
+    def upload(self, rows: list[int], qsl: np.ndarray, order: np.ndarray) -> None:
+        """This step's rows, query start offsets and sequence order, in one copy."""
+        b, m = len(rows), self.max_reqs
+        host = self.staging.buffer()
+        host[:b] = rows
+        host[m : m + b + 1] = qsl
+        host[2 * m + 1 : 2 * m + 1 + b] = order
+        self.staging.upload(self.meta, 2 * m + 1 + b)
 
 
 @dataclass
@@ -90,15 +104,7 @@ def gather_inputs(
     start = table.num_computed_cpu[rows]
     seq_lens_np = start + np.asarray(num_scheduled, dtype=start.dtype)
     order = np.concatenate([np.argsort(-seq_lens_np, kind="stable"), np.arange(n, b_pad)])
-    # One host->device copy for the three arrays.
-    host = np.concatenate([np.asarray(rows_padded, np.int64), qsl, order.astype(np.int64)])
-    host = torch.from_numpy(host).to(torch.int32)
-    if bufs.pin:
-        host = host.pin_memory()
-    dev = host.to(bufs.device, non_blocking=True)
-    bufs.rows[:b_pad].copy_(dev[:b_pad])
-    bufs.query_start_loc[: b_pad + 1].copy_(dev[b_pad : 2 * b_pad + 1])
-    bufs.seq_order[:b_pad].copy_(dev[2 * b_pad + 1 :])
+    bufs.upload(rows_padded, qsl, order)
     t_pad = int(qsl[-1])
     if num_tokens_padded is not None:
         if num_tokens_padded < t_pad:

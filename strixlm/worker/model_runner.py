@@ -22,8 +22,9 @@ from strixlm.layers.attention.torch_paged import TorchPagedAttention
 from strixlm.models.loader import load_model
 from strixlm.sample.forced_tokens import ThinkingBudgetTable
 from strixlm.sample.metadata import SamplingMetadata
-from strixlm.sample.sampler import Sampler
+from strixlm.sample.sampler import Sampler, SamplerOutput
 from strixlm.sample.triton_sampler import TritonSampler, compute_token_logprobs
+from strixlm.worker import sample_graphs
 from strixlm.worker.cuda_graphs import DecodeGraphs, capture_sizes
 from strixlm.worker.host_copy import to_device
 from strixlm.worker.input_batch import InputBuffers, gather_inputs
@@ -37,6 +38,7 @@ from strixlm.worker.model_states.hybrid_layout import (
     MambaStateShape,
     plan_hybrid_layout,
 )
+from strixlm.worker.sample_graphs import SampleGraphs
 from strixlm.worker.sampling_table import SamplingTable
 from strixlm.worker.states import RequestStateTable
 from strixlm.worker.step_result import StepHandle
@@ -106,6 +108,7 @@ class ModelRunner:
         # Live requests that asked for prompt logprobs (most steps have none).
         self._plp_requests: set[str] = set()
         self.graphs: DecodeGraphs | None = None
+        self.sample_graphs: SampleGraphs | None = None
         self.mixed_graphs: MixedGraphs | None = None
         self.kv_caches: list[torch.Tensor] = []
         self.pool: torch.Tensor | None = None  # hybrid models: the shared block pool
@@ -271,6 +274,17 @@ class ModelRunner:
             upcast_logits=self.upcast_logits,
         )
         self.graphs.capture()
+        if not sample_graphs.DISABLED:
+            self.sample_graphs = SampleGraphs(
+                self.sampler,
+                self.table,
+                self.buffers,
+                self.sampling,
+                self.graphs.logits,
+                self.graphs.sizes,
+                cuda_graphs=capture,
+            )
+            self.sample_graphs.capture()
         # Hybrid models' prefill needs per-step host metadata; the env knob is for A/B runs.
         if self.layout is None and os.environ.get("STRIXLM_DISABLE_MIXED_GRAPHS", "0") != "1":
             sc = self.config.scheduler
@@ -345,6 +359,12 @@ class ModelRunner:
             logits = graphs.run(batch)  # one row per request, in order
             if not idx:
                 return StepHandle([], [], None)  # prefill chunks only: nothing to sample
+            greedy = self._graph_sample_kind(sample_rows) if padded and all_sample else None
+            if greedy is not None:
+                # Sampled and appended on the device by one more graph (sample_graphs.py).
+                tokens = self.sample_graphs.run(padded, greedy)[: batch.num_reqs]
+                self.table.num_tokens_cpu[sample_rows] += 1
+                return StepHandle(rids, [None] * len(rids), SamplerOutput(tokens, None))
             if not all_sample:
                 logits = logits[
                     to_device(
@@ -448,6 +468,19 @@ class ModelRunner:
                 )
             ).result()
             self.execute(SchedulerOutput(finished_req_ids={rid}))
+
+    def _graph_sample_kind(self, rows: list[int]) -> bool | None:
+        """Whether a decode step's rows can be sampled by a sampling graph, and which
+        (True: all greedy, False: temperatures); None: the eager sampler."""
+        if self.sample_graphs is None:
+            return None
+        rows_np = np.asarray(rows)
+        greedy = self.sampling.plain_kind(rows_np)
+        if greedy is None or self.thinking.any_budget(rows_np):
+            return None
+        if self.sampling.suppressed(rows_np, self.table.num_tokens_cpu, self.table.info):
+            return None
+        return greedy
 
     def _sampling_metadata(self, rows: list[int], rows_dev: torch.Tensor) -> SamplingMetadata:
         table = self.table

@@ -57,6 +57,23 @@ class SamplingTable:
         self.f.index_copy_(1, idx, to_device(self.f_cpu[:, rows], self.device))
         self.i.index_copy_(1, idx, to_device(self.i_cpu[:, rows], self.device))
 
+    def _flags(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per row: greedy, has penalties, has filters (which greedy rows ignore)."""
+        fc = self.f_cpu[:, rows]
+        ic = self.i_cpu[:, rows]
+        greedy = fc[0] < SAMPLING_EPS
+        penalties = (fc[3] != 0) | (fc[4] != 0) | (fc[5] != 1.0)
+        filters = ((ic[0] > 0) | (fc[1] < 1.0) | (fc[2] > 0)) & ~greedy
+        return greedy, penalties, filters
+
+    def plain_kind(self, rows: np.ndarray) -> bool | None:
+        """For rows that need only temperature sampling (no penalties, filters or
+        logprobs): whether all are greedy; None when some row needs more."""
+        greedy, penalties, filters = self._flags(rows)
+        if penalties.any() or filters.any() or (self.num_logprobs[rows] >= 0).any():
+            return None
+        return bool(greedy.all())
+
     def metadata(
         self,
         rows: np.ndarray,
@@ -71,11 +88,7 @@ class SamplingTable:
         r = rows_dev.long()
         f = self.f[:, r]
         i = self.i[:, r]
-        fc = self.f_cpu[:, rows]
-        ic = self.i_cpu[:, rows]
-        greedy = fc[0] < SAMPLING_EPS
-        penalties = (fc[3] != 0) | (fc[4] != 0) | (fc[5] != 1.0)
-        filters = ((ic[0] > 0) | (fc[1] < 1.0) | (fc[2] > 0)) & ~greedy
+        greedy, penalties, filters = self._flags(rows)
         n_lp = self.num_logprobs[rows]
         md = SamplingMetadata(
             temperature=f[0],

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from strixlm.engine.request import Request, SamplingParams
+from strixlm.kernels.append_tokens import append_tokens
 from strixlm.worker.host_copy import to_device
 
 
@@ -127,9 +128,7 @@ class RequestStateTable:
 
     def append_sampled(self, rows: list[int], rows_dev: torch.Tensor, sampled: torch.Tensor):
         """Store sampled tokens on the device, where the next step's gather reads them."""
-        r = rows_dev.long()
-        self.token_ids[r, self.num_tokens[r].long()] = sampled.to(torch.int32)
-        self.num_tokens[r] += 1
+        append_tokens(self.token_ids, self.num_tokens, rows_dev, sampled)
         self.num_tokens_cpu[rows] += 1
 
     def write_drafts(self, rows_dev: torch.Tensor, drafts: torch.Tensor, num: torch.Tensor):
