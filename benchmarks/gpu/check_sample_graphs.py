@@ -46,7 +46,8 @@ def main() -> None:
         max_model_len=2048,
     )
     graph_llm = LLM(MODEL, **kw)
-    eager_llm = LLM(MODEL, **kw)
+    # Its memory budget counts the first engine's allocations as its own peak.
+    eager_llm = LLM(MODEL, **{**kw, "gpu_memory_utilization": 0.7})
     eager_llm.engine.core.runner.sample_graphs = None
     sg = graph_llm.engine.core.runner.sample_graphs
     assert sg is not None, "no sampling graphs (STRIXLM_DISABLE_SAMPLE_GRAPHS set?)"

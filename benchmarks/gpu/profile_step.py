@@ -1,7 +1,7 @@
 """Where a decode step's time goes: host (cProfile) and device (torch.profiler) views.
 
-python benchmarks/gpu/profile_step.py [--batch 1] [--eager] [--prefill]
-Qwen3-0.6B shape, dummy bf16 weights, 512-token prompts, decode steps only.
+python benchmarks/gpu/profile_step.py [--batch 1] [--eager] [--prefill] [--prompt-len 512]
+Qwen3-0.6B shape, dummy bf16 weights, 512-token prompts (--prompt-len), decode steps only.
 --prefill: instead, the host side (cProfile) and the device time (CUDA events) of steps that
 prefill a full token budget of 600-token prompts while 64 requests decode, as in the
 standard workload's admission steps.
@@ -33,6 +33,7 @@ def main() -> None:
     ap.add_argument("--prefill", action="store_true")
     ap.add_argument("--model", default="qwen3-0.6b", help="a config under benchmarks/configs")
     ap.add_argument("--max-model-len", type=int, default=None)
+    ap.add_argument("--prompt-len", type=int, default=512, help="decode contexts start here")
     args = ap.parse_args()
     model = os.path.join(
         os.path.dirname(__file__), "..", "..", "strixlm", "benchmarks", "configs", args.model
@@ -55,9 +56,11 @@ def main() -> None:
     for b in args.batch:
         params = SamplingParams(temperature=0, max_tokens=10_000, ignore_eos=True)
         for i in range(b):
-            engine.add_request(list(range(1000 + i, 1512 + i)), params, kind="delta")
+            prompt = [1000 + (i + j) % 100_000 for j in range(args.prompt_len)]
+            engine.add_request(prompt, params, kind="delta")
         # Prefill (chunked under the token budget) and warm-up, so timing is pure decode.
-        for _ in range(b * 512 // engine.config.scheduler.max_num_batched_tokens + 5):
+        budget = engine.config.scheduler.max_num_batched_tokens
+        for _ in range(b * args.prompt_len // budget + 5):
             engine.step()
         torch.cuda.synchronize()
         t0 = time.perf_counter()

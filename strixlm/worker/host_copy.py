@@ -35,10 +35,10 @@ class PinnedStaging:
 
     def buffer(self) -> np.ndarray:
         """The next buffer to fill (a numpy view), free once its last copy has run."""
-        i = self._next
-        if self._events[i] is not None:
-            self._events[i].synchronize()
-        return self._bufs[i].numpy()
+        ev = self._events[self._next]
+        if ev is not None and not ev.query():
+            ev.synchronize()  # the GPU is a whole ring behind: wait rather than overwrite
+        return self._bufs[self._next].numpy()
 
     def upload(self, dst: torch.Tensor, length: int) -> None:
         """Copy the first `length` values of the buffer just filled into dst[:length]."""
