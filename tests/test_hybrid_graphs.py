@@ -99,6 +99,19 @@ def test_graph_path_matches_eager_and_hf(folder, hf):
         hf.check([prompt], [out], n)
 
 
+def test_decode_steps_sampled_in_sampling_graphs(folder, hf):
+    """Greedy requests without logprobs: the decode steps sample and append their tokens
+    in the sampling graphs (worker/sample_graphs.py), with padded rows on the dummy row."""
+    llm = make_llm(folder, graphs=True)
+    prompts = random_prompts([5, 12, 30], seed=7)
+    greedy = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+    outs = llm.generate(prompts, greedy, use_tqdm=False)
+    runner = llm.engine.core.runner
+    assert runner.sample_graphs.num_replays >= 3
+    assert int(runner.table.num_tokens[runner.table.dummy_row]) == 0
+    hf.check(prompts, outs, 4)
+
+
 def test_one_token_prompts_start_from_zero_state(folder, hf, monkeypatch):
     """A step of one-token prompts is decode-shaped, so it replays the graph although the
     rows have no state yet. Their Mamba blocks last held earlier requests' state, here

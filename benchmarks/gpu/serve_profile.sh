@@ -17,10 +17,16 @@ python -m strixlm.entrypoints.cli bench serve --port 8000 --num-prompts 500 \
   --random-input-len 512 --random-output-len 128 --output-json "$OUT/serve.json" \
   > "$OUT/serve_client.log" 2>&1 &
 CLIENT=$!
-sleep 0.5  # the client builds its prompts first
-$SPY record -d 4 -r 250 -f raw --nonblocking --subprocesses -o "$OUT/pyspy_server.txt" \
+# Start sampling when the burst has reached the engine (the client first imports and builds
+# its prompts for a few seconds).
+for _ in $(seq 300); do
+  curl -s localhost:8000/metrics | grep -Eq '^strixlm:num_requests_(running|waiting) [1-9]' \
+    && break
+  sleep 0.05
+done
+$SPY record -d 3 -r 250 -f raw --nonblocking --subprocesses -o "$OUT/pyspy_server.txt" \
   -p $SERVER > /dev/null 2>&1 &
-$SPY record -d 4 -r 250 -f raw --nonblocking -o "$OUT/pyspy_client.txt" -p $CLIENT \
+$SPY record -d 3 -r 250 -f raw --nonblocking -o "$OUT/pyspy_client.txt" -p $CLIENT \
   > /dev/null 2>&1 &
 wait $CLIENT
 sleep 1

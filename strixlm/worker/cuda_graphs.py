@@ -3,8 +3,9 @@
 A decode step (one new token per request) is padded up to the next captured size with
 one-token rows on the state table's dummy row (their K/V land in the never-used null block
 0), and replays a graph that runs the model and the logits projection from the persistent
-input buffers. Small mixed steps have their own graphs (mixed_graphs.py); larger steps run
-eagerly. The attention backend must read only device metadata during replay, so graphs are
+input buffers; a step whose rows need only temperatures is then sampled by one more graph
+(sample_graphs.py). Small mixed steps have their own graphs (mixed_graphs.py); larger steps
+run eagerly. The attention backend must read only device metadata during replay, so graphs are
 captured only with the Triton backend, with max_seq_len passed as the upper bound
 max_model_len.
 
