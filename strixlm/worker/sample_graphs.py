@@ -26,7 +26,6 @@ import time
 import torch
 
 from strixlm.kernels.append_tokens import append_tokens
-from strixlm.sample.metadata import SamplingMetadata
 from strixlm.worker.input_batch import InputBuffers
 from strixlm.worker.sampling_table import SamplingTable
 from strixlm.worker.states import RequestStateTable
@@ -63,24 +62,7 @@ class SampleGraphs:
     def _sample(self, b: int, greedy: bool) -> torch.Tensor:
         """Sample the b padded rows and append the real rows' tokens: [b] int64."""
         rows = self.buffers.rows[:b]
-        r = rows.long()
-        f, i = self.sampling.f[:, r], self.sampling.i[:, r]
-        md = SamplingMetadata(
-            temperature=f[0],
-            top_k=i[0].to(torch.int32),
-            top_p=f[1],
-            min_p=f[2],
-            seeds=i[1],
-            # The index of the token being sampled: the length before the append.
-            positions=self.table.num_tokens[r].long(),
-            presence_penalty=f[3],
-            frequency_penalty=f[4],
-            repetition_penalty=f[5],
-            token_ids=None,
-            prompt_lens=None,
-            seq_lens=None,
-            all_greedy=greedy,
-        )
+        md = self.sampling.gather(rows, self.table.num_tokens, all_greedy=greedy)
         tokens = self.sampler(self.logits[b], md).sampled_token_ids
         t = self.table
         append_tokens(t.token_ids, t.num_tokens, rows, tokens, skip_row=t.dummy_row)

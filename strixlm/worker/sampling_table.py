@@ -74,23 +74,16 @@ class SamplingTable:
             return None
         return bool(greedy.all())
 
-    def metadata(
-        self,
-        rows: np.ndarray,
-        rows_dev: torch.Tensor,
-        num_tokens_dev: torch.Tensor,
-        num_tokens_cpu: np.ndarray,
-        token_ids: torch.Tensor,
-        suppress: list[tuple[int, list[int]]],
+    def gather(
+        self, rows_dev: torch.Tensor, num_tokens_dev: torch.Tensor, **flags
     ) -> SamplingMetadata:
-        """Gather this step's rows. num_tokens are the sequence lengths before sampling;
-        token_ids is the state table's token tensor (history for penalties)."""
+        """The rows' parameters gathered on the device, no host work (a sampling graph
+        replays this). num_tokens are the sequence lengths before sampling: the positions
+        the noise is keyed by. flags: SamplingMetadata's host-side fields."""
         r = rows_dev.long()
         f = self.f[:, r]
         i = self.i[:, r]
-        greedy, penalties, filters = self._flags(rows)
-        n_lp = self.num_logprobs[rows]
-        md = SamplingMetadata(
+        return SamplingMetadata(
             temperature=f[0],
             top_k=i[0].to(torch.int32),
             top_p=f[1],
@@ -103,6 +96,25 @@ class SamplingTable:
             token_ids=None,
             prompt_lens=None,
             seq_lens=None,
+            **flags,
+        )
+
+    def metadata(
+        self,
+        rows: np.ndarray,
+        rows_dev: torch.Tensor,
+        num_tokens_dev: torch.Tensor,
+        num_tokens_cpu: np.ndarray,
+        token_ids: torch.Tensor,
+        suppress: list[tuple[int, list[int]]],
+    ) -> SamplingMetadata:
+        """Gather this step's rows and decide the skip flags on the host mirrors.
+        token_ids is the state table's token tensor (history for penalties)."""
+        greedy, penalties, filters = self._flags(rows)
+        n_lp = self.num_logprobs[rows]
+        md = self.gather(
+            rows_dev,
+            num_tokens_dev,
             suppress_token_ids=suppress,
             max_num_logprobs=int(n_lp.max()) if (n_lp >= 0).any() else None,
             all_greedy=bool(greedy.all()),
@@ -110,10 +122,11 @@ class SamplingTable:
             no_top_k_top_p_min_p=not filters.any(),
         )
         if penalties.any():
+            r = rows_dev.long()
             width = int(num_tokens_cpu[rows].max())
             md.token_ids = token_ids[r, :width].long()
-            md.seq_lens = num_tokens_dev[r].long()
-            md.prompt_lens = i[2]
+            md.seq_lens = md.positions
+            md.prompt_lens = self.i[2, r]
         return md
 
     def suppressed(
