@@ -30,6 +30,7 @@ import sys
 import torch
 import triton
 import triton.language as tl
+from graph_timing import replay_time_us
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 # ---- driver API: kernel nodes and edges of a captured graph ---------------------------------
@@ -220,16 +221,7 @@ def time_chain(programmatic: bool, layers: int = 28, iters: int = 50) -> float:
     if programmatic:
         programmatic_into(g.raw_cuda_graph(), lambda name: "_add_one" not in name)
     g.instantiate()
-    for _ in range(3):
-        g.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        g.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / iters * 1e3  # us per replay
+    return replay_time_us(g, iters)
 
 
 def main() -> None:
