@@ -24,7 +24,6 @@ from strixlm.sample.forced_tokens import ThinkingBudgetTable
 from strixlm.sample.metadata import SamplingMetadata
 from strixlm.sample.sampler import Sampler, SamplerOutput
 from strixlm.sample.triton_sampler import TritonSampler, compute_token_logprobs
-from strixlm.worker import sample_graphs
 from strixlm.worker.cuda_graphs import DecodeGraphs, capture_sizes
 from strixlm.worker.host_copy import to_device
 from strixlm.worker.input_batch import InputBuffers, gather_inputs
@@ -38,7 +37,7 @@ from strixlm.worker.model_states.hybrid_layout import (
     MambaStateShape,
     plan_hybrid_layout,
 )
-from strixlm.worker.sample_graphs import SampleGraphs
+from strixlm.worker.sample_graphs import SAMPLE_GRAPHS_DISABLED, SampleGraphs
 from strixlm.worker.sampling_table import SamplingTable
 from strixlm.worker.states import RequestStateTable
 from strixlm.worker.step_result import StepHandle
@@ -274,7 +273,7 @@ class ModelRunner:
             upcast_logits=self.upcast_logits,
         )
         self.graphs.capture()
-        if not sample_graphs.DISABLED:
+        if not SAMPLE_GRAPHS_DISABLED:
             self.sample_graphs = SampleGraphs(
                 self.sampler,
                 self.table,

@@ -32,7 +32,7 @@ from strixlm.worker.states import RequestStateTable
 
 logger = logging.getLogger(__name__)
 
-DISABLED = os.environ.get("STRIXLM_DISABLE_SAMPLE_GRAPHS", "0") != "0"
+SAMPLE_GRAPHS_DISABLED = os.environ.get("STRIXLM_DISABLE_SAMPLE_GRAPHS", "0") != "0"
 
 
 class SampleGraphs:
