@@ -77,6 +77,20 @@ def test_partials_kernel_matches_reference(dtype, m, n, k, cfg):
     torch.testing.assert_close(got.materialize(), want, **tol)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("m,n,k", [(5, 48, 64), (33, 40, 128)])
+def test_dense_linear_matches_torch(dtype, m, n, k):
+    """Split 1, output in x's dtype: fp32 sums rounded once at the store."""
+    x, w = _operands(m, n, k, dtype, m + n + k)
+    got = ksplit.dense_linear(x, w, Cfg(16, 16, 16, 1, 4, 1))
+    assert got.shape == (m, n) and got.dtype == dtype
+    want = (x.float() @ w.float().t()).to(dtype)
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 1e-3, "atol": 1e-3}
+    torch.testing.assert_close(got, want, **tol)
+    with pytest.raises(ValueError, match="split 1"):
+        ksplit.dense_linear(x, w, SMALL)
+
+
 def test_partials_strided_x_and_bad_shapes():
     base, w = _operands(7, 32, 96, torch.float32, 3)
     x = base[:, :64]  # rows 96 apart: the kernel takes x's row stride

@@ -155,19 +155,35 @@ if HAS_TRITON:
             )
             acc = tl.dot(a, b, acc)
         out = part_ptr + (pid_k * M + rows[:, None]).to(tl.int64) * N + cols[None, :]
-        tl.store(out, acc, mask=row_ok[:, None] & col_ok[None, :])
+        # fp32 partials keep the sum as is; a 16-bit output (SPLIT 1: dense_linear) rounds it.
+        tl.store(out, acc.to(part_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
 
 
 def splitk_partials(x: torch.Tensor, w: torch.Tensor, cfg: SplitKConfig) -> SplitKPartials:
     """x [M, K] @ w [N, K].T as SplitKPartials (one launch). The partials buffer is a fresh
     torch.empty, which a CUDA graph capture turns into a pool allocation; no host sync."""
+    parts = torch.empty((cfg.split, x.shape[0], w.shape[0]), dtype=torch.float32, device=x.device)
+    _launch(x, w, parts, cfg)
+    return SplitKPartials(parts, x.dtype)
+
+
+def dense_linear(x: torch.Tensor, w: torch.Tensor, cfg: SplitKConfig) -> torch.Tensor:
+    """x [M, K] @ w [N, K].T in x's dtype through the same kernel without a split (cfg.split
+    must be 1): fp32 accumulation, one rounding at the store, as cuBLAS does."""
+    if cfg.split != 1:
+        raise ValueError(f"dense_linear takes split 1, got {cfg}")
+    out = torch.empty((x.shape[0], w.shape[0]), dtype=x.dtype, device=x.device)
+    _launch(x, w, out, cfg)
+    return out
+
+
+def _launch(x: torch.Tensor, w: torch.Tensor, parts: torch.Tensor, cfg: SplitKConfig) -> None:
     m, k = x.shape
     n = w.shape[0]
     if w.shape[1] != k or x.stride(1) != 1 or w.stride(1) != 1:
         raise ValueError("x [M, K] and w [N, K] need matching K and a contiguous last dim")
     if k % (cfg.split * cfg.block_k):
         raise ValueError(f"K {k} is not a multiple of SPLIT * BLOCK_K for {cfg}")
-    parts = torch.empty((cfg.split, m, n), dtype=torch.float32, device=x.device)
     if m:
         grid = (triton.cdiv(n, cfg.block_n), triton.cdiv(m, cfg.block_m), cfg.split)
         pdl = pdl_enabled(x)
@@ -188,4 +204,3 @@ def splitk_partials(x: torch.Tensor, w: torch.Tensor, cfg: SplitKConfig) -> Spli
             num_stages=cfg.num_stages,
             launch_pdl=pdl,
         )
-    return SplitKPartials(parts, x.dtype)
