@@ -263,6 +263,47 @@ def test_forward_partials_dispatch(monkeypatch):
     assert isinstance(lin.forward_partials(x), torch.Tensor)
 
 
+def test_plan_dense_follows_the_table():
+    half = dict(x_dtype=torch.bfloat16, w_dtype=torch.bfloat16, has_bias=False)
+    plan = ksplit.plan_dense
+    assert plan(12, 4096, 1024, **half).block_m == 16  # qkv
+    assert plan(128, 4096, 1024, **half) == ksplit.SplitKConfig(64, 64, 128, 1, 4, 4)
+    assert plan(129, 4096, 1024, **half) is None  # cuBLAS was as fast above 128 rows
+    assert plan(64, 6144, 1024, **half).block_n == 64  # gate_up
+    assert plan(65, 6144, 1024, **half) is None
+    assert plan(256, 1024, 2048, **half).split == 1  # o_proj past split-K's rows
+    assert plan(8, 4096, 1024, **half) is None  # the GEMV's rows
+    assert plan(64, 1024, 3072, **half) is None  # down: never measured faster
+    assert plan(64, 4096, 2048, **half) is None  # an unmeasured shape
+    assert plan(64, 4096, 1024, **{**half, "has_bias": True}) is None
+    assert plan(64, 4096, 1024, **{**half, "w_dtype": torch.float32}) is None
+    every = [c for rows in ksplit._DENSE.values() for _, c in rows]
+    assert all(c.split == 1 and 1024 % c.block_k == 0 for c in every)
+
+
+def test_forward_takes_the_dense_kernel_at_measured_shapes(monkeypatch):
+    # As on CUDA: use_triton true; the table shrunk to this test's shape and tile.
+    monkeypatch.setattr(linear, "use_triton", lambda t: True)
+    monkeypatch.setattr(linear, "splitk", ksplit)
+    monkeypatch.setattr(ksplit, "_DENSE", {(48, 64): [(32, Cfg(16, 16, 16, 1, 4, 1))]})
+    seen = []
+    real = ksplit.dense_linear
+    monkeypatch.setattr(ksplit, "dense_linear", lambda *a: seen.append(a[2]) or real(*a))
+    lin = _linear(48, 64, torch.float16)
+    x = torch.randn(20, 64, generator=_gen(4)).to(torch.float16)
+    got = lin(x)
+    assert len(seen) == 1
+    torch.testing.assert_close(
+        got, F.linear(x.float(), lin.weight.float()).half(), rtol=1e-3, atol=1e-3
+    )
+    lin(torch.randn(33, 64).to(torch.float16))  # past the table's rows: cuBLAS's path
+    lin(x[None])  # 3-D x: the plain path
+    assert len(seen) == 1
+    monkeypatch.setattr(ksplit, "_DENSE_ENABLED", False)
+    lin(x)
+    assert len(seen) == 1
+
+
 def test_forward_silu_mul_dispatch(monkeypatch):
     """Linear.forward_silu_mul: the GEMV (M <= 8) with the activation in its loads; else
     silu_and_mul, then forward / forward_partials (split-K at 8 < M <= cap). Every route
@@ -367,6 +408,13 @@ for dt in ("bf16", "fp16"):
         src = ASTSource(s._splitk_partials_kernel, {**sig, **{k: "constexpr" for k in c}}, c)
         triton.compile(src, target=target,
                        options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
+    # dense_linear: split 1, the store rounds to the 16-bit output
+    sig["part_ptr"] = f"*{dt}"
+    for cfg in {c for rows in s._DENSE.values() for _, c in rows}:
+        c = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, PDL=True)
+        src = ASTSource(s._splitk_partials_kernel, {**sig, **{k: "constexpr" for k in c}}, c)
+        triton.compile(src, target=target,
+                       options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
 sig = dict(x_ptr="*fp32", res_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16", n_inner="i32",
            x_s0="i32", x_s1="i32", r_s0="i32", r_s1="i32", o_s0="i32", o_s1="i32",
            n_cols="i32", eps="fp32")
@@ -378,5 +426,6 @@ print("compiled")
 
 
 def test_kernels_compile_for_sm90():
-    """The partials GEMM (both engine configs, bf16 and fp16) and the reducing norm variant."""
+    """The partials GEMM (both engine configs, bf16 and fp16), its dense configs with a 16-bit
+    output, and the reducing norm variant."""
     assert_compiles(AOT)

@@ -64,6 +64,8 @@
 #           sampler, greedy vs HF, then batch-1 / batch-32 step time with the graphs on / off
 #           (STRIXLM_DISABLE_SAMPLE_GRAPHS), alternating, and the workload traced
 #   sgraphab the workload with the sampling graphs on / off, alternating, after a warm-up
+#   dense     our Triton GEMM at the shapes where it beat cuBLAS (splitk_linear.plan_dense):
+#           greedy tokens vs HF, then the workload on / off (STRIXLM_DENSE_GEMM), alternating
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
 SECTIONS=${*:-checks}
 source benchmarks/gpu/lib.sh
@@ -264,4 +266,9 @@ fi
 if has sgraphab; then
   run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_DISABLE_SAMPLE_GRAPHS tp_sg on1:0 off1:1 on2:0 off2:1
+fi
+if has dense; then
+  run e2e_dense 240 python benchmarks/gpu/check_e2e.py
+  run tp_warm 100 $TP --model qwen3-0.6b
+  ab_tp STRIXLM_DENSE_GEMM tp_dense on1:1 off1:0 on2:1 off2:0
 fi

@@ -102,6 +102,46 @@ def plan(
     return pick_config(m, n, k)
 
 
+# Dense (split 1) configs where the kernel beat cuBLAS behind a PDL producer, per measured
+# (N, K) and up to M rows: benchmarks/gpu/sweep_dense_gemm.py, H200, 2026-12-01 (per GEMM,
+# cuBLAS -> ours): qkv 6.1-6.3 -> 4.7-5.1 us at M 16-128; gate_up 6.8-7.1 -> 5.6-6.1 at
+# M 12-64; o_proj 7.0-7.2 -> 6.3-6.4 at M 160-256 (at M <= 128 it runs split-K). Elsewhere
+# cuBLAS was as fast or faster (qkv above 128 rows, gate_up above 64, down everywhere), and
+# other shapes were not measured, so they keep cuBLAS.
+_DENSE: dict[tuple[int, int], list[tuple[int, SplitKConfig]]] = {
+    (4096, 1024): [  # Qwen3-0.6B qkv
+        (16, SplitKConfig(16, 32, 128, 1, 4, 4)),
+        (32, SplitKConfig(32, 32, 128, 1, 4, 4)),
+        (64, SplitKConfig(64, 32, 128, 1, 4, 4)),
+        (128, SplitKConfig(64, 64, 128, 1, 4, 4)),
+    ],
+    (6144, 1024): [  # gate_up
+        (16, SplitKConfig(16, 64, 128, 1, 4, 4)),
+        (32, SplitKConfig(32, 64, 128, 1, 4, 4)),
+        (64, SplitKConfig(64, 64, 128, 1, 4, 4)),
+    ],
+    (1024, 2048): [(256, SplitKConfig(64, 32, 128, 1, 4, 4))],  # o_proj
+}
+# STRIXLM_DENSE_GEMM=0 keeps cuBLAS for those shapes (A/B runs; read at import).
+_DENSE_ENABLED = os.environ.get("STRIXLM_DENSE_GEMM", "1") != "0"
+
+
+def plan_dense(
+    m: int, n: int, k: int, *, x_dtype: torch.dtype, w_dtype: torch.dtype, has_bias: bool
+) -> SplitKConfig | None:
+    """The dense config for an [m, k] @ [n, k].T product in the engine's Linear, or None for
+    cuBLAS: a measured (N, K), GEMV_MAX_ROWS < m up to the table's last row count,
+    half-precision weight and matching x, no bias."""
+    if not _DENSE_ENABLED or has_bias or w_dtype not in _HALF or x_dtype != w_dtype:
+        return None
+    if m <= GEMV_MAX_ROWS:
+        return None
+    for max_m, cfg in _DENSE.get((n, k), ()):
+        if m <= max_m:
+            return cfg
+    return None
+
+
 def splitk_partials_ref(x: torch.Tensor, w: torch.Tensor, split: int) -> torch.Tensor:
     """fp32 [split, M, N]: slice s is x[:, Ks] @ w[:, Ks].T over the s-th K / split columns."""
     k = x.shape[1]

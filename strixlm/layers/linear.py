@@ -1,5 +1,7 @@
-"""Linear layer that sends skinny inputs (small-batch decode) to the Triton GEMV kernel, and
-can hand mid-size batches' narrow outputs back as split-K partials (forward_partials)."""
+"""Linear layer that sends skinny inputs (small-batch decode) to the Triton GEMV kernel,
+decode-sized batches of the measured shapes to the Triton tile GEMM (which takes part in
+PDL, so it starts while its producer drains), and can hand mid-size batches' narrow outputs
+back as split-K partials (forward_partials)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,9 @@ class Linear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if _skinny(x, self.weight, _HALF) and x.dtype == self.weight.dtype:
             return gemv_kernel.gemv(x, self.weight, self.bias)
+        cfg = dense_config(x, self.weight, self.bias)
+        if cfg is not None:
+            return splitk.dense_linear(x, self.weight, cfg)
         return F.linear(x, self.weight, self.bias)
 
     def forward_partials(self, x: torch.Tensor) -> torch.Tensor | SplitKPartials:
@@ -88,6 +93,21 @@ def splitk_config(
     if w.shape[1] != k or x.stride(1) != 1 or w.stride(1) != 1:
         return None  # a mismatch: the plain path raises its own shape error
     return splitk.plan(
+        m, w.shape[0], k, x_dtype=x.dtype, w_dtype=w.dtype, has_bias=bias is not None
+    )
+
+
+def dense_config(
+    x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None
+) -> splitk.SplitKConfig | None:
+    """Our Triton GEMM's config where it beat cuBLAS at this shape (splitk.plan_dense), or
+    None for cuBLAS; the same layout checks as splitk_config."""
+    if not (use_triton(x) and x.dim() == 2 and w.dim() == 2):
+        return None
+    m, k = x.shape
+    if w.shape[1] != k or x.stride(1) != 1 or w.stride(1) != 1:
+        return None
+    return splitk.plan_dense(
         m, w.shape[0], k, x_dtype=x.dtype, w_dtype=w.dtype, has_bias=bias is not None
     )
 
