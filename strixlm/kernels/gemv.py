@@ -10,6 +10,8 @@ Accumulation is fp32; a bias is added at the end.
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from strixlm.kernels.kv_write import HAS_TRITON
@@ -22,8 +24,11 @@ if HAS_TRITON:
     from strixlm.kernels.activation import silu_mul
     from strixlm.kernels.pdl import pdl_prologue
 
-# Rows of x the kernel handles; above this the GEMM libraries win.
-MAX_ROWS = 8
+# Rows of x the kernel handles (one accumulator each).
+KERNEL_ROWS = 8
+# Rows up to which the engine's Linear sends a product here (STRIXLM_GEMV_MAX_ROWS, read at
+# import, 0..KERNEL_ROWS); above it the tile GEMMs take over (splitk_linear, cuBLAS).
+MAX_ROWS = max(0, min(KERNEL_ROWS, int(os.environ.get("STRIXLM_GEMV_MAX_ROWS", "8"))))
 
 
 def gemv_ref(
@@ -164,7 +169,7 @@ def gemv(
     relu2: bool = False,
     silu_mul: bool = False,
 ) -> torch.Tensor:
-    """x [M <= MAX_ROWS, K] @ weight[N, K].T (+ bias) -> [M, N] in out_dtype (x's dtype by
+    """x [M <= KERNEL_ROWS, K] @ weight[N, K].T (+ bias) -> [M, N] in out_dtype (x's dtype by
     default), optionally followed by relu(y)^2 in the same launch. silu_mul: x is
     [gate | up], [M, 2K], and the product takes silu_and_mul(x) (computed as it loads)."""
     if block_n is None:
@@ -175,7 +180,7 @@ def gemv(
     m, k = x.shape
     k = k // 2 if silu_mul else k
     n, k2 = weight.shape
-    assert k == k2 and 1 <= m <= MAX_ROWS, (x.shape, weight.shape, silu_mul)
+    assert k == k2 and 1 <= m <= KERNEL_ROWS, (x.shape, weight.shape, silu_mul)
     assert x.stride(1) == 1 and weight.stride(1) == 1
     out = torch.empty((m, n), dtype=out_dtype or x.dtype, device=x.device)
     block_k = min(block_k, triton.next_power_of_2(k))
