@@ -71,7 +71,7 @@ def test_gemv_silu_mul_prologue(m, k):
 
 def test_gemv_rejects_too_many_rows():
     with pytest.raises(AssertionError):
-        gk.gemv(torch.randn(gk.MAX_ROWS + 1, 16), torch.randn(8, 16))
+        gk.gemv(torch.randn(gk.KERNEL_ROWS + 1, 16), torch.randn(8, 16))
 
 
 AOT = r"""

@@ -203,8 +203,9 @@ def test_plan_follows_the_measured_window():
     assert plan(128, 1024, 2048, **half) == ksplit._CFG_WIDE
     assert plan(64, 1024, 3072, **half) == ksplit._CFG_NARROW  # down
     assert plan(128, 1024, 3072, **half) == ksplit._CFG_WIDE
-    assert plan(9, 1024, 2048, **half) is not None
-    assert plan(8, 1024, 2048, **half) is None  # the GEMV kernel's rows
+    rows = ksplit.GEMV_MAX_ROWS
+    assert plan(rows + 1, 1024, 2048, **half) is not None
+    assert plan(rows, 1024, 2048, **half) is None  # the GEMV kernel's rows
     assert plan(129, 1024, 2048, **half) is None
     assert plan(64, 1024, 2048, **{**half, "max_rows": 0}) is None  # turned off
     assert plan(64, 4096, 2048, **half) is None  # wide output: enough tiles already
@@ -251,7 +252,7 @@ def test_forward_partials_dispatch(monkeypatch):
     assert isinstance(got, SplitKPartials) and got.parts.shape == (4, 16, 64)
     want = F.linear(x.float(), lin.weight.float()).half()
     torch.testing.assert_close(got.materialize(), want, rtol=1e-3, atol=1e-3)
-    for m in (8, 129):  # the GEMV's rows; past the cap
+    for m in (ksplit.GEMV_MAX_ROWS, 129):  # the GEMV's rows; past the cap
         xm = torch.randn(m, 512).to(torch.float16)
         assert isinstance(lin.forward_partials(xm), torch.Tensor)
     fp32 = _linear(64, 512, torch.float32)  # split-K is for half-precision weights
@@ -272,7 +273,8 @@ def test_plan_dense_follows_the_table():
     assert plan(64, 6144, 1024, **half).block_n == 64  # gate_up
     assert plan(65, 6144, 1024, **half) is None
     assert plan(256, 1024, 2048, **half).split == 1  # o_proj past split-K's rows
-    assert plan(8, 4096, 1024, **half) is None  # the GEMV's rows
+    assert plan(ksplit.GEMV_MAX_ROWS, 4096, 1024, **half) is None  # the GEMV's rows
+    assert plan(ksplit.GEMV_MAX_ROWS + 1, 4096, 1024, **half).block_m == 16
     assert plan(64, 1024, 3072, **half) is None  # down: never measured faster
     assert plan(64, 4096, 2048, **half) is None  # an unmeasured shape
     assert plan(64, 4096, 1024, **{**half, "has_bias": True}) is None

@@ -66,6 +66,9 @@
 #   sgraphab the workload with the sampling graphs on / off, alternating, after a warm-up
 #   dense     our Triton GEMM at the shapes where it beat cuBLAS (splitk_linear.plan_dense):
 #           greedy tokens vs HF, then the workload on / off (STRIXLM_DENSE_GEMM), alternating
+#   gemvrows  the tile GEMMs from 2 rows (STRIXLM_GEMV_MAX_ROWS=1, the default): greedy tokens
+#           vs HF, batch 1 with the GEMV (1) / the tile kernel (0), then the workload against
+#           session 10's dispatch (GEMV to 8 rows, cuBLAS elsewhere), alternating
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
 SECTIONS=${*:-checks}
 source benchmarks/gpu/lib.sh
@@ -271,4 +274,19 @@ if has dense; then
   run e2e_dense 240 python benchmarks/gpu/check_e2e.py
   run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_DENSE_GEMM tp_dense on1:1 off1:0 on2:1 off2:0
+fi
+if has gemvrows; then
+  run e2e_gemvrows 240 python benchmarks/gpu/check_e2e.py
+  for v in 1 0; do
+    STRIXLM_GEMV_MAX_ROWS=$v run "b1_gemv$v" 120 python benchmarks/gpu/profile_step.py --batch 1 \
+      --steps 100
+    grep "#####" "$OUT/b1_gemv$v.log" | sed "s/^/gemv rows $v: /"
+  done
+  run tp_warm 100 $TP --model qwen3-0.6b
+  for v in new1 old1 new2 old2; do
+    if [[ $v == new* ]]; then g=1 d=1; else g=8 d=0; fi
+    STRIXLM_GEMV_MAX_ROWS=$g STRIXLM_DENSE_GEMM=$d run "tp_rows_$v" 100 $TP --model qwen3-0.6b \
+      --output-json "$OUT/tp_rows_$v.json"
+  done
+  grep "strixlm  " "$OUT"/tp_rows_*.log
 fi

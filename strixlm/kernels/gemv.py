@@ -1,6 +1,6 @@
-"""Skinny matmul (a few rows times a weight matrix) in Triton, for small-batch decode.
+"""Skinny matmul (a few rows times a weight matrix) in Triton, for batch-1 decode.
 
-At batch 1..8 a linear layer is a matrix-vector product bound by reading the weight once;
+At batch 1 a linear layer is a matrix-vector product bound by reading the weight once;
 cuBLAS picks tile shapes built for larger M and reaches about a quarter of the bandwidth on
 the H200 (profile: 12.4 us for a 1024x6144 bf16 weight that moves in ~3.5 us). Here each
 program owns BLOCK_N output columns, streams their weight rows [BLOCK_N, K] in BLOCK_K chunks
@@ -27,8 +27,12 @@ if HAS_TRITON:
 # Rows of x the kernel handles (one accumulator each).
 KERNEL_ROWS = 8
 # Rows up to which the engine's Linear sends a product here (STRIXLM_GEMV_MAX_ROWS, read at
-# import, 0..KERNEL_ROWS); above it the tile GEMMs take over (splitk_linear, cuBLAS).
-MAX_ROWS = max(0, min(KERNEL_ROWS, int(os.environ.get("STRIXLM_GEMV_MAX_ROWS", "8"))))
+# import, 0..KERNEL_ROWS); above it the tile GEMMs take over (splitk_linear, cuBLAS). Each
+# row costs this kernel a reduction per weight chunk: on the H200 (profile_step.py, contexts
+# 1,800, 2026-12-01) a launch took 18.8 us at 8 rows against 4.8 us in the tile kernel, and
+# decode steps at batch 2 / 4 / 8 took 1.52 / 2.19 / 3.20 ms with it against 1.22 / 1.39 /
+# 1.58 ms without. One row is where it reads the weight at close to full bandwidth.
+MAX_ROWS = max(0, min(KERNEL_ROWS, int(os.environ.get("STRIXLM_GEMV_MAX_ROWS", "1"))))
 
 
 def gemv_ref(

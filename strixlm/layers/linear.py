@@ -23,8 +23,9 @@ _FUSE_SILU = os.environ.get("STRIXLM_FUSE_SILU_DOWN", "1") != "0"
 
 
 class Linear(nn.Linear):
-    """nn.Linear; on CUDA with half-precision weights and at most gemv.MAX_ROWS rows, the
-    product runs in the GEMV kernel, which reads the weight at close to full bandwidth."""
+    """nn.Linear; on CUDA with half-precision weights and at most gemv.MAX_ROWS rows (one by
+    default), the product runs in the GEMV kernel, which reads the weight at close to full
+    bandwidth; above that, measured shapes go to the tile GEMM (splitk_linear.plan_dense)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if _skinny(x, self.weight, _HALF) and x.dtype == self.weight.dtype:
@@ -47,10 +48,10 @@ class Linear(nn.Linear):
         self, gu: torch.Tensor, partials: bool = False
     ) -> torch.Tensor | SplitKPartials:
         """self(silu_and_mul(gu)) for gu = [gate | up] (forward_partials' result with
-        partials). Where the GEMV takes the product (M <= 8), it computes the activation as
-        it loads its input: one launch fewer per MLP, bit-equal to the separate
+        partials). Where the GEMV takes the product (M <= gemv.MAX_ROWS), it computes the
+        activation as it loads its input: one launch fewer per MLP, bit-equal to the separate
         silu_and_mul. H200, batch-1 decode step 1.23 -> 1.18 ms. Not in the split-K GEMM
-        (8 < M <= 128): each of its output tiles would recompute the activation of all its
+        (M > gemv.MAX_ROWS): each of its output tiles would recompute the activation of all its
         rows, and the workload ran 2.7% slower with it there (26,362 -> 25,679 tok/s)."""
         k = self.in_features
         if _FUSE_SILU and gu.dim() == 2 and gu.shape[1] == 2 * k and gu.stride(1) == 1:
@@ -62,7 +63,10 @@ class Linear(nn.Linear):
     def forward_relu2(self, x: torch.Tensor) -> torch.Tensor:
         """relu(linear(x))^2 (NemotronH's MLP activation); fused into the GEMV's store for
         skinny inputs, which saves two elementwise launches per layer."""
-        if _skinny(x, self.weight, _HALF) and x.dtype == self.weight.dtype:
+        # Up to the kernel's 8 rows here: the alternative is cuBLAS plus two elementwise
+        # launches, not the tile GEMM that replaced the GEMV above one row in forward().
+        rows = gemv_kernel.KERNEL_ROWS
+        if _skinny(x, self.weight, _HALF, rows) and x.dtype == self.weight.dtype:
             return gemv_kernel.gemv(x, self.weight, self.bias, relu2=True)
         return torch.square(F.relu(F.linear(x, self.weight, self.bias)))
 
@@ -70,12 +74,18 @@ class Linear(nn.Linear):
 _HALF = (torch.bfloat16, torch.float16)
 
 
-def _skinny(x: torch.Tensor, w: torch.Tensor, weight_dtypes: tuple[torch.dtype, ...]) -> bool:
+def _skinny(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    weight_dtypes: tuple[torch.dtype, ...],
+    max_rows: int | None = None,
+) -> bool:
+    rows = gemv_kernel.MAX_ROWS if max_rows is None else max_rows
     return (
         _USE_GEMV
         and x.is_cuda
         and x.dim() == 2
-        and x.shape[0] <= gemv_kernel.MAX_ROWS
+        and x.shape[0] <= rows
         and w.dtype in weight_dtypes
         and x.stride(1) == 1
     )
@@ -115,6 +125,6 @@ def dense_config(
 def fp32_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x.float() @ weight.float().T (MoE routers stay fp32); for skinny inputs one GEMV
     launch that upcasts as it reads instead of a cast plus a cuBLAS fp32 GEMV (two kernels)."""
-    if _skinny(x, weight, (torch.float32,)) and x.dtype in _HALF:
+    if _skinny(x, weight, (torch.float32,), gemv_kernel.KERNEL_ROWS) and x.dtype in _HALF:
         return gemv_kernel.gemv(x, weight, out_dtype=torch.float32)
     return F.linear(x.float(), weight.float())
