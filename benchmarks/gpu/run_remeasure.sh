@@ -69,6 +69,8 @@
 #   gemvrows  the tile GEMMs from 2 rows (STRIXLM_GEMV_MAX_ROWS=1, the default): greedy tokens
 #           vs HF, batch 1 with the GEMV (1) / the tile kernel (0), then the workload against
 #           session 10's dispatch (GEMV to 8 rows, cuBLAS elsewhere), alternating
+#   fusedsilu gate_up with SiLU-and-mul in its epilogue (kernels/gate_up_silu.py): greedy tokens
+#           vs HF, then the workload on / off (STRIXLM_FUSE_GATE_UP_SILU), alternating
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
 SECTIONS=${*:-checks}
 source benchmarks/gpu/lib.sh
@@ -289,4 +291,9 @@ if has gemvrows; then
       --output-json "$OUT/tp_rows_$v.json"
   done
   grep "strixlm  " "$OUT"/tp_rows_*.log
+fi
+if has fusedsilu; then
+  run e2e_fusedsilu 240 python benchmarks/gpu/check_e2e.py
+  run tp_warm 100 $TP --model qwen3-0.6b
+  ab_tp STRIXLM_FUSE_GATE_UP_SILU tp_fsilu on1:1 off1:0 on2:1 off2:0
 fi

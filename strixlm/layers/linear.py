@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from strixlm.kernels import gate_up_silu as gate_up_kernel
 from strixlm.kernels import gemv as gemv_kernel
 from strixlm.kernels import splitk_linear as splitk
 from strixlm.kernels.dispatch import use_triton
@@ -59,6 +60,21 @@ class Linear(nn.Linear):
                 return gemv_kernel.gemv(gu, self.weight, self.bias, silu_mul=True)
         h = silu_and_mul(gu)
         return self.forward_partials(h) if partials else self.forward(h)
+
+    def forward_gate_up_silu(self, x: torch.Tensor) -> torch.Tensor | None:
+        """silu_and_mul(self(x)) in one launch for this layer as the MLP's [gate | up]
+        projection, where the fused kernel has a measured config (gate_up_silu.plan); None
+        elsewhere, and the caller takes the two-step path."""
+        w = self.weight
+        if not (use_triton(x) and x.dim() == 2 and w.dim() == 2 and w.shape[0] % 2 == 0):
+            return None
+        m, k = x.shape
+        if w.shape[1] != k or x.stride(1) != 1 or w.stride(1) != 1:
+            return None
+        cfg = gate_up_kernel.plan(
+            m, w.shape[0] // 2, k, x_dtype=x.dtype, w_dtype=w.dtype, has_bias=self.bias is not None
+        )
+        return None if cfg is None else gate_up_kernel.gate_up_silu(x, w, cfg)
 
     def forward_relu2(self, x: torch.Tensor) -> torch.Tensor:
         """relu(linear(x))^2 (NemotronH's MLP activation); fused into the GEMV's store for

@@ -130,8 +130,13 @@ class MLP(nn.Module):
         self.down_proj = Linear(inter, hidden, bias=bias)
 
     def forward(self, x: torch.Tensor, partials: bool = False) -> torch.Tensor | SplitKPartials:
-        """partials: the output may be down_proj's split-K partials (for an RMSNorm consumer)."""
-        return self.down_proj.forward_silu_mul(self.gate_up_proj(x), partials)
+        """partials: the output may be down_proj's split-K partials (for an RMSNorm consumer).
+        Where a fused gate_up + SiLU kernel applies, the activation comes out of it; else the
+        down projection applies it (in the GEMV's loads, or as its own launch)."""
+        h = self.gate_up_proj.forward_gate_up_silu(x)
+        if h is None:
+            return self.down_proj.forward_silu_mul(self.gate_up_proj(x), partials)
+        return self.down_proj.forward_partials(h) if partials else self.down_proj(h)
 
 
 class DecoderLayer(nn.Module):

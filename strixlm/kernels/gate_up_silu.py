@@ -1,0 +1,153 @@
+"""The MLP's gate_up projection with SiLU-and-mul in its epilogue: one launch instead of two.
+
+A decode step's MLP runs gate_up (x @ [W_gate | W_up].T, 2I wide), then silu_and_mul, then
+down. Here each program computes a [BLOCK_M, BLOCK_N] tile of the gate product and the
+matching tile of the up product (weight rows n and I + n), rounds both to x's dtype as the
+GEMM's store would, and writes silu(gate) * up with the activation kernel's own roundings
+(kernels/activation.silu_mul): the same numbers as our tile GEMM followed by silu_and_mul,
+without the [M, 2I] intermediate or the second launch and its kernel boundary. The loop is
+splitk_linear's dense GEMM with two weight tiles per step, so a tile of width BLOCK_N here
+does the work of a 2 * BLOCK_N tile there; the configs below are the halved dense winners.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from strixlm.kernels.dispatch import HAS_TRITON
+from strixlm.kernels.gemv import MAX_ROWS as GEMV_MAX_ROWS
+from strixlm.kernels.pdl import pdl_enabled
+from strixlm.kernels.splitk_linear import SplitKConfig
+
+if HAS_TRITON:
+    import triton
+    import triton.language as tl
+
+    from strixlm.kernels.activation import silu_mul
+    from strixlm.kernels.pdl import pdl_prologue
+
+_HALF = (torch.bfloat16, torch.float16)
+# Per measured (I, K), up to M rows: splitk_linear's dense gate_up winners with half the
+# tile width (benchmarks/gpu/sweep_dense_gemm.py, H200, 2026-12-01). Other shapes keep
+# gate_up and silu_and_mul apart.
+_CONFIGS: dict[tuple[int, int], list[tuple[int, SplitKConfig]]] = {
+    (3072, 1024): [  # Qwen3-0.6B
+        (16, SplitKConfig(16, 32, 128, 1, 4, 4)),
+        (32, SplitKConfig(32, 32, 128, 1, 4, 4)),
+        (64, SplitKConfig(64, 32, 128, 1, 4, 4)),
+        (128, SplitKConfig(64, 64, 128, 1, 4, 3)),
+        (192, SplitKConfig(64, 32, 64, 1, 4, 4)),
+        (256, SplitKConfig(128, 64, 64, 1, 8, 4)),
+    ],
+}
+# STRIXLM_FUSE_GATE_UP_SILU=0 keeps the two launches (A/B runs; read at import).
+ENABLED = os.environ.get("STRIXLM_FUSE_GATE_UP_SILU", "1") != "0"
+
+
+def plan(
+    m: int, inter: int, k: int, *, x_dtype: torch.dtype, w_dtype: torch.dtype, has_bias: bool
+) -> SplitKConfig | None:
+    """The tile config for x [m, k] against a [2 * inter, k] gate_up weight, or None: not a
+    measured shape, at most GEMV_MAX_ROWS rows (the GEMV fuses the activation into down
+    there), more rows than the table covers, a bias, or dtypes other than matching halves."""
+    if not ENABLED or has_bias or w_dtype not in _HALF or x_dtype != w_dtype:
+        return None
+    if m <= GEMV_MAX_ROWS:
+        return None
+    for max_m, cfg in _CONFIGS.get((inter, k), ()):
+        if m <= max_m:
+            return cfg if k % cfg.block_k == 0 else None
+    return None
+
+
+def gate_up_silu_ref(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """silu(g) * u of (x @ w.T) = [g | u], each product rounded to x's dtype first, then the
+    activation's roundings (kernels/activation.py)."""
+    gu = (x.float() @ w.float().t()).to(x.dtype)
+    g, u = gu.float().chunk(2, dim=-1)
+    s = (g / (1.0 + torch.exp(-g))).to(x.dtype)
+    return (s.float() * u).to(x.dtype)
+
+
+if HAS_TRITON:
+
+    @triton.jit
+    def _gate_up_silu_kernel(
+        x_ptr,
+        w_ptr,
+        out_ptr,
+        M,
+        INTER,
+        K,
+        stride_xm,
+        stride_wn,
+        stride_om,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+        PDL: tl.constexpr,
+    ):
+        pdl_prologue(PDL)
+        pid_n = tl.program_id(0)
+        pid_m = tl.program_id(1)
+        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        ks = tl.arange(0, BLOCK_K)
+        row_ok = rows < M
+        col_ok = cols < INTER
+        # w is [2I, K]: gate rows `cols`, up rows INTER + cols, each read as [BLOCK_K, BLOCK_N].
+        g_rows = w_ptr + cols[None, :].to(tl.int64) * stride_wn
+        u_rows = w_ptr + (cols + INTER)[None, :].to(tl.int64) * stride_wn
+        acc_g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            a = tl.load(
+                x_ptr + rows[:, None] * stride_xm + (k0 + ks)[None, :],
+                mask=row_ok[:, None],
+                other=0.0,
+            )
+            bg = tl.load(g_rows + (k0 + ks)[:, None], mask=col_ok[None, :], other=0.0)
+            bu = tl.load(u_rows + (k0 + ks)[:, None], mask=col_ok[None, :], other=0.0)
+            acc_g = tl.dot(a, bg, acc_g)
+            acc_u = tl.dot(a, bu, acc_u)
+        ty = out_ptr.dtype.element_ty
+        y = silu_mul(acc_g.to(ty), acc_u.to(ty))
+        out = out_ptr + rows[:, None].to(tl.int64) * stride_om + cols[None, :]
+        tl.store(out, y, mask=row_ok[:, None] & col_ok[None, :])
+
+
+def gate_up_silu(x: torch.Tensor, w: torch.Tensor, cfg: SplitKConfig) -> torch.Tensor:
+    """silu_and_mul(x @ w.T) for x [M, K] and w = [W_gate; W_up] [2I, K], one launch; K must
+    be a multiple of cfg.block_k (the loop has no K mask)."""
+    m, k = x.shape
+    two_i, k2 = w.shape
+    if k2 != k or two_i % 2 or x.stride(1) != 1 or w.stride(1) != 1:
+        raise ValueError("x [M, K] and w [2I, K] need matching K and a contiguous last dim")
+    if k % cfg.block_k:
+        raise ValueError(f"K {k} is not a multiple of BLOCK_K for {cfg}")
+    inter = two_i // 2
+    out = torch.empty((m, inter), dtype=x.dtype, device=x.device)
+    if m:
+        grid = (triton.cdiv(inter, cfg.block_n), triton.cdiv(m, cfg.block_m))
+        pdl = pdl_enabled(x)
+        _gate_up_silu_kernel[grid](
+            x,
+            w,
+            out,
+            m,
+            inter,
+            k,
+            x.stride(0),
+            w.stride(0),
+            out.stride(0),
+            BLOCK_M=cfg.block_m,
+            BLOCK_N=cfg.block_n,
+            BLOCK_K=cfg.block_k,
+            PDL=pdl,
+            num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
+            launch_pdl=pdl,
+        )
+    return out
