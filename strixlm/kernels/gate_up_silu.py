@@ -7,7 +7,7 @@ GEMM's store would, and writes silu(gate) * up with the activation kernel's own 
 (kernels/activation.silu_mul): the same numbers as our tile GEMM followed by silu_and_mul,
 without the [M, 2I] intermediate or the second launch and its kernel boundary. The loop is
 splitk_linear's dense GEMM with two weight tiles per step, so a tile of width BLOCK_N here
-does the work of a 2 * BLOCK_N tile there; the configs below are the halved dense winners.
+does the work of a 2 * BLOCK_N tile there.
 """
 
 from __future__ import annotations
@@ -29,17 +29,14 @@ if HAS_TRITON:
     from strixlm.kernels.pdl import pdl_prologue
 
 _HALF = (torch.bfloat16, torch.float16)
-# Per measured (I, K), up to M rows: splitk_linear's dense gate_up winners with half the
-# tile width (benchmarks/gpu/sweep_dense_gemm.py, H200, 2026-12-01). Other shapes keep
-# gate_up and silu_and_mul apart.
+# Per measured (I, K), up to M rows: benchmarks/gpu/sweep_dense_gemm.py --gate-up-silu (H200,
+# 2026-12-01), against cuBLAS gate_up + the silu_and_mul launch, per layer: 6.6-8.0 ->
+# 5.6-6.7 us at M 12-64; even at 96-128; 0.2-1.4 us slower at 160-256, where cuBLAS keeps it.
+# Other shapes keep gate_up and silu_and_mul apart.
 _CONFIGS: dict[tuple[int, int], list[tuple[int, SplitKConfig]]] = {
     (3072, 1024): [  # Qwen3-0.6B
-        (16, SplitKConfig(16, 32, 128, 1, 4, 4)),
-        (32, SplitKConfig(32, 32, 128, 1, 4, 4)),
+        (32, SplitKConfig(16, 32, 128, 1, 4, 4)),
         (64, SplitKConfig(64, 32, 128, 1, 4, 4)),
-        (128, SplitKConfig(64, 64, 128, 1, 4, 3)),
-        (192, SplitKConfig(64, 32, 64, 1, 4, 4)),
-        (256, SplitKConfig(128, 64, 64, 1, 8, 4)),
     ],
 }
 # STRIXLM_FUSE_GATE_UP_SILU=0 keeps the two launches (A/B runs; read at import).
