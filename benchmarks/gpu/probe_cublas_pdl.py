@@ -13,8 +13,13 @@ A producer kernel lets its dependents launch at once, spins for --spin-us, then 
 The consumer reads X. With a programmatic edge between them:
   - a Triton copy WITHOUT a wait must read the stale X (this shows the edge took effect);
   - a Triton copy WITH the wait must read the new X;
-  - torch.mm (cuBLAS): the new X means its kernel waits (PDL-safe); the stale X means it
-    does not, and cuBLAS boundaries must stay plain edges.
+  - F.linear (cuBLAS), at every decode / mixed-step GEMM shape of Qwen3-0.6B: a stale X
+    means that kernel does not wait, and cuBLAS boundaries must stay plain edges. (A fresh
+    X alone proves nothing: the consumer may simply not have found room on the SMs early.)
+
+Result (H200, 2026-12-01, docs/results/logs/2026-12-01h-h200-probe.log): the split-K nvjet
+kernels and the small-M qkv / o_proj / gate_up kernels read the stale X at M 1-128: cuBLAS
+does not wait, and the opt-in edge conversion (branch graph-pdl-cublas) was dropped.
 Then, if cuBLAS waits: replay time of a chain of 28 x (Triton add -> cuBLAS GEMM), plain
 edges vs programmatic ones.
 
@@ -162,12 +167,12 @@ def _add_one(x_ptr, n, BLOCK: tl.constexpr):
 # ---- the probe --------------------------------------------------------------------------------
 
 
-def run_case(kind: str, spin_ns: int) -> float:
-    """Mean of the consumer's output after a replay with the programmatic edge (1.0 or K
-    means it read the new X; 0.0 means the stale one)."""
-    m, k, nn = 64, 256, 128
+def run_case(kind: str, spin_ns: int, m: int = 64, k: int = 256, nn: int = 128) -> bool:
+    """Whether the consumer read the new X after a replay with the programmatic edge.
+    The cuBLAS consumer is F.linear(x, w) with w [nn, k] of ones, as the model calls it, so
+    a fresh read gives k in every output element and a stale one 0."""
     x = torch.zeros(m, k, dtype=torch.bfloat16, device="cuda")
-    w = torch.ones(k, nn, dtype=torch.bfloat16, device="cuda")
+    w = torch.ones(nn, k, dtype=torch.bfloat16, device="cuda")
     y = torch.zeros(m, k if kind.startswith("triton") else nn, dtype=torch.bfloat16, device="cuda")
     block = 1024
     grid = (triton.cdiv(x.numel(), block),)
@@ -176,7 +181,7 @@ def run_case(kind: str, spin_ns: int) -> float:
         x.zero_()
         _producer[grid](x, x.numel(), spin_ns, BLOCK=block)
         if kind == "cublas":
-            torch.mm(x, w, out=y)
+            torch.nn.functional.linear(x, w, out=y)
         else:
             _copy[grid](x, y, x.numel(), WAIT=kind == "triton-wait", BLOCK=block, launch_pdl=True)
 
@@ -195,10 +200,19 @@ def run_case(kind: str, spin_ns: int) -> float:
     y.zero_()
     g.replay()
     torch.cuda.synchronize()
-    val = y.float().mean().item()
-    print(f"{kind:13s} kernels {[n for n in names if n]}; programmatic edges {changed}; "
-          f"consumer output mean {val:.1f}")  # fmt: skip
-    return val
+    want = float(k) if kind == "cublas" else 1.0
+    fresh = bool((y.float() == want).all().item())
+    consumer = [n for n in names if n and "_producer" not in n and "fill" not in n]
+    seen = "new" if fresh else "STALE"
+    print(f"{kind:13s} M={m:5d} K={k:5d} N={nn:6d} consumer {consumer}; programmatic edges "
+          f"{changed}; output mean {y.float().mean().item():.1f}: {seen}")  # fmt: skip
+    return fresh
+
+
+# The decode and mixed-step GEMMs of the Qwen3-0.6B shape: (K, N) of qkv, o_proj, gate_up,
+# down and lm_head, at the row counts the graphs are captured for.
+MODEL_KN = [(1024, 4096), (2048, 1024), (1024, 6144), (3072, 1024), (1024, 151936)]
+ROWS = [1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 1024, 2048, 4096, 8192]
 
 
 def time_chain(programmatic: bool, layers: int = 28, iters: int = 50) -> float:
@@ -233,12 +247,18 @@ def main() -> None:
     spin = int(args.spin_us * 1000)
     stale = run_case("triton-nowait", spin)
     fresh = run_case("triton-wait", spin)
-    cublas = run_case("cublas", spin)
-    if not (stale < 0.5 and fresh > 0.5):
+    if not (not stale and fresh):
         print("INCONCLUSIVE: the Triton controls did not show early start / waiting")
         return
-    if cublas < 0.5:
-        print("cuBLAS kernel read the stale input: it does not wait, keep plain edges")
+    bad = []
+    for k, nn in MODEL_KN:
+        for m in ROWS:
+            if k * nn * m > 8192 * 1024 * 6144 or (nn > 100_000 and m > 512):
+                continue  # the lm_head runs on sampled rows only
+            if not run_case("cublas", spin, m, k, nn):
+                bad.append((m, k, nn))
+    if bad:
+        print(f"cuBLAS kernels read the stale input at {bad}: keep plain edges")
         return
     print("cuBLAS kernel waited for its producer: programmatic edges into it are safe")
     for p in (False, True, False, True):
