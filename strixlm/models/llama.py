@@ -66,6 +66,11 @@ class Attention(nn.Module):
     ) -> torch.Tensor | SplitKPartials:
         """partials: the output may be o_proj's split-K partials (for an RMSNorm consumer)."""
         t = x.shape[0]
+        fused = self._qkv_norm_rope_write(positions, x, md)
+        if fused is not None:  # q/k normed and rotated, K/V in the cache: attention only
+            q = fused[:, : self.q_size].view(t, self.num_heads, self.head_dim)
+            o = self.attn.attend(q, self.kv_cache, md).reshape(t, self.q_size)
+            return self.o_proj.forward_partials(o) if partials else self.o_proj(o)
         qkv = self.qkv_proj(x)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(t, self.num_heads, self.head_dim)
@@ -105,6 +110,31 @@ class Attention(nn.Module):
             and self.attn.kv_write_is_kernel_compatible
             and self.attn.use_triton(q.device)
         )
+
+    def _qkv_norm_rope_write(self, positions, x: torch.Tensor, md: AttentionMetadata):
+        """The projection with q/k norm, rotary and the K/V write in its epilogue
+        (kernels/qkv_norm_rope.py), where it applies: the fused q/k launch with the cache
+        write would run, and the kernel has a config for this shape and row count. None
+        otherwise."""
+        if not (self.qk_norm and x.dim() == 2 and self._fuse_qk_norm_rope(x)):
+            return None
+        if not self._fuse_kv_write(x):
+            return None
+        from strixlm.kernels import qkv_norm_rope as fused
+
+        w = self.qkv_proj.weight
+        cfg = fused.plan(
+            x.shape[0], self.num_heads, self.num_kv_heads, self.head_dim, x.shape[1],
+            x_dtype=x.dtype, w_dtype=w.dtype, has_bias=self.qkv_proj.bias is not None,
+        )  # fmt: skip
+        if cfg is None or x.stride(1) != 1:
+            return None
+        qn, kn, rot, attn = self.q_norm, self.k_norm, self.rotary, self.attn
+        return fused.qkv_norm_rope(
+            x, w, self.num_heads, self.num_kv_heads, positions, qn.weight, kn.weight, qn.eps,
+            rot.cos, rot.sin, self.kv_cache, md.slot_mapping.contiguous(), cfg,
+            attn.k_scale, attn.v_scale,
+        )  # fmt: skip
 
     def _qk_norm_rope_write(self, positions, k, v, md: AttentionMetadata):
         """The fused launch with the cache write, as arguments for the backend's attend."""
