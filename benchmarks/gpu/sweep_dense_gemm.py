@@ -224,16 +224,10 @@ def sweep_qkv_norm_rope(reps: int) -> list[dict]:
             if bad:
                 print(f"  M={m} {cfg}: WRONG ({bad})")
                 continue
-            fused = lambda a, b, c=cfg: qnr.qkv_norm_rope(  # noqa: E731
-                a,
-                b,
-                nq,
-                nkv,
-                *args,
-                cache,
-                slots,
-                c,  # noqa: B023
-            )
+
+            def fused(a, b, c=cfg, args=args, cache=cache, slots=slots):
+                return qnr.qkv_norm_rope(a, b, nq, nkv, *args, cache, slots, c)
+
             t = chain_us(m, ws, fused, True, reps)
             best = min(best, (t - base, cfg), key=lambda b: b[0])
         c = best[1]
