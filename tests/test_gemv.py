@@ -69,6 +69,16 @@ def test_gemv_silu_mul_prologue(m, k):
     assert (fused.float() - ref).norm() < 3e-2 * ref.norm()  # bf16 roundings apart
 
 
+def test_max_rows_env(monkeypatch):
+    monkeypatch.delenv("STRIXLM_GEMV_MAX_ROWS", raising=False)
+    assert gk._env_max_rows() == 1
+    monkeypatch.setenv("STRIXLM_GEMV_MAX_ROWS", "20")
+    assert gk._env_max_rows() == gk.KERNEL_ROWS  # clamped to what the kernel takes
+    monkeypatch.setenv("STRIXLM_GEMV_MAX_ROWS", "eight")
+    with pytest.raises(ValueError, match="STRIXLM_GEMV_MAX_ROWS"):
+        gk._env_max_rows()
+
+
 def test_gemv_rejects_too_many_rows():
     with pytest.raises(AssertionError):
         gk.gemv(torch.randn(gk.KERNEL_ROWS + 1, 16), torch.randn(8, 16))

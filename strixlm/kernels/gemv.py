@@ -26,13 +26,23 @@ if HAS_TRITON:
 
 # Rows of x the kernel handles (one accumulator each).
 KERNEL_ROWS = 8
+
+
 # Rows up to which the engine's Linear sends a product here (STRIXLM_GEMV_MAX_ROWS, read at
 # import, 0..KERNEL_ROWS); above it the tile GEMMs take over (splitk_linear, cuBLAS). Each
 # row costs this kernel a reduction per weight chunk: on the H200 (profile_step.py, contexts
 # 1,800, 2026-12-01) a launch took 18.8 us at 8 rows against 4.8 us in the tile kernel, and
 # decode steps at batch 2 / 4 / 8 took 1.52 / 2.19 / 3.20 ms with it against 1.22 / 1.39 /
 # 1.58 ms without. One row is where it reads the weight at close to full bandwidth.
-MAX_ROWS = max(0, min(KERNEL_ROWS, int(os.environ.get("STRIXLM_GEMV_MAX_ROWS", "1"))))
+def _env_max_rows() -> int:
+    raw = os.environ.get("STRIXLM_GEMV_MAX_ROWS", "1")
+    try:
+        return max(0, min(KERNEL_ROWS, int(raw)))
+    except ValueError as e:
+        raise ValueError(f"STRIXLM_GEMV_MAX_ROWS must be an integer, got {raw!r}") from e
+
+
+MAX_ROWS = _env_max_rows()
 
 
 def gemv_ref(
