@@ -19,7 +19,7 @@ import torch
 from strixlm.kernels.dispatch import HAS_TRITON
 from strixlm.kernels.gemv import MAX_ROWS as GEMV_MAX_ROWS
 from strixlm.kernels.pdl import pdl_enabled
-from strixlm.kernels.splitk_linear import SplitKConfig
+from strixlm.kernels.splitk_linear import SplitKConfig, config_for_rows, half_operands
 
 if HAS_TRITON:
     import triton
@@ -28,7 +28,6 @@ if HAS_TRITON:
     from strixlm.kernels.activation import silu_mul
     from strixlm.kernels.pdl import pdl_prologue
 
-_HALF = (torch.bfloat16, torch.float16)
 # Per measured (I, K), up to M rows: benchmarks/gpu/sweep_dense_gemm.py --gate-up-silu (H200,
 # 2026-12-01), against cuBLAS gate_up + the silu_and_mul launch, per layer: 6.6-8.0 ->
 # 5.6-6.7 us at M 12-64; even at 96-128; 0.2-1.4 us slower at 160-256, where cuBLAS keeps it.
@@ -49,14 +48,11 @@ def plan(
     """The tile config for x [m, k] against a [2 * inter, k] gate_up weight, or None: not a
     measured shape, at most GEMV_MAX_ROWS rows (the GEMV fuses the activation into down
     there), more rows than the table covers, a bias, or dtypes other than matching halves."""
-    if not ENABLED or has_bias or w_dtype not in _HALF or x_dtype != w_dtype:
+    if not ENABLED or not half_operands(x_dtype, w_dtype, has_bias):
         return None
     if m <= GEMV_MAX_ROWS:
         return None
-    for max_m, cfg in _CONFIGS.get((inter, k), ()):
-        if m <= max_m:
-            return cfg if k % cfg.block_k == 0 else None
-    return None
+    return config_for_rows(_CONFIGS.get((inter, k), []), m, k)
 
 
 def gate_up_silu_ref(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

@@ -21,7 +21,7 @@ from strixlm.kernels.dispatch import HAS_TRITON
 from strixlm.kernels.kv_write import FP8_DTYPE, write_kv_ref
 from strixlm.kernels.pdl import pdl_enabled
 from strixlm.kernels.qk_norm_rope import qk_norm_rope_ref
-from strixlm.kernels.splitk_linear import SplitKConfig
+from strixlm.kernels.splitk_linear import SplitKConfig, config_for_rows, half_operands
 
 if HAS_TRITON:
     import triton
@@ -31,7 +31,6 @@ if HAS_TRITON:
     from strixlm.kernels.pdl import pdl_prologue
     from strixlm.kernels.qk_norm_rope import _norm_rotate
 
-_HALF = (torch.bfloat16, torch.float16)
 # (Hq, Hk, head_dim, K) -> [(up to M rows, config)]; block_n is ignored (a tile is one head).
 # A first guess for Qwen3-0.6B at the decode sizes where cuBLAS runs qkv (129-256 rows),
 # from splitk_linear's dense sweep (64 x 128 x 128 tiles, 3 stages, near cuBLAS there);
@@ -47,12 +46,9 @@ def plan(
     m: int, n_q: int, n_kv: int, head_dim: int, k: int, *, x_dtype, w_dtype, has_bias: bool
 ) -> SplitKConfig | None:
     """The config for m rows of this projection, or None for the two-launch path."""
-    if not ENABLED or has_bias or w_dtype not in _HALF or x_dtype != w_dtype or m < MIN_ROWS:
+    if not ENABLED or not half_operands(x_dtype, w_dtype, has_bias) or m < MIN_ROWS:
         return None
-    for max_m, cfg in _CONFIGS.get((n_q, n_kv, head_dim, k), ()):
-        if m <= max_m:
-            return cfg if k % cfg.block_k == 0 else None
-    return None
+    return config_for_rows(_CONFIGS.get((n_q, n_kv, head_dim, k), []), m, k)
 
 
 def qkv_norm_rope_ref(

@@ -81,6 +81,21 @@ def pick_config(m: int, n: int, k: int) -> SplitKConfig | None:
     return cfg
 
 
+def half_operands(x_dtype: torch.dtype, w_dtype: torch.dtype, has_bias: bool) -> bool:
+    """What every tile kernel here (and gate_up_silu / qkv_norm_rope) assumes: a 16-bit
+    weight, x of the same dtype, no bias."""
+    return not has_bias and w_dtype in _HALF and x_dtype == w_dtype
+
+
+def config_for_rows(table: list[tuple[int, SplitKConfig]], m: int, k: int) -> SplitKConfig | None:
+    """The first config of a measured (max rows, config) table that covers m rows, if K
+    fits its tiles (the kernels have no K mask)."""
+    for max_m, cfg in table:
+        if m <= max_m:
+            return cfg if k % (cfg.split * cfg.block_k) == 0 else None
+    return None
+
+
 def plan(
     m: int,
     n: int,
@@ -95,7 +110,7 @@ def plan(
     layout (Linear checks those): half-precision weight and matching x, no bias (the
     reduction does not add one), GEMV_MAX_ROWS < m <= max_rows, an applicable config."""
     max_rows = splitk_max_rows() if max_rows is None else max_rows
-    if has_bias or w_dtype not in _HALF or x_dtype != w_dtype:
+    if not half_operands(x_dtype, w_dtype, has_bias):
         return None
     if not GEMV_MAX_ROWS < m <= max_rows:
         return None
@@ -132,14 +147,11 @@ def plan_dense(
     """The dense config for an [m, k] @ [n, k].T product in the engine's Linear, or None for
     cuBLAS: a measured (N, K), GEMV_MAX_ROWS < m up to the table's last row count,
     half-precision weight and matching x, no bias."""
-    if not _DENSE_ENABLED or has_bias or w_dtype not in _HALF or x_dtype != w_dtype:
+    if not _DENSE_ENABLED or not half_operands(x_dtype, w_dtype, has_bias):
         return None
     if m <= GEMV_MAX_ROWS:
         return None
-    for max_m, cfg in _DENSE.get((n, k), ()):
-        if m <= max_m:
-            return cfg
-    return None
+    return config_for_rows(_DENSE.get((n, k), []), m, k)
 
 
 def splitk_partials_ref(x: torch.Tensor, w: torch.Tensor, split: int) -> torch.Tensor:

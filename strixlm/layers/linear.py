@@ -66,11 +66,9 @@ class Linear(nn.Linear):
         projection, where the fused kernel has a measured config (gate_up_silu.plan); None
         elsewhere, and the caller takes the two-step path."""
         w = self.weight
-        if not (use_triton(x) and x.dim() == 2 and w.dim() == 2 and w.shape[0] % 2 == 0):
+        if not (_tile_operands(x, w) and w.shape[0] % 2 == 0):
             return None
         m, k = x.shape
-        if w.shape[1] != k or x.stride(1) != 1 or w.stride(1) != 1:
-            return None
         cfg = gate_up_kernel.plan(
             m, w.shape[0] // 2, k, x_dtype=x.dtype, w_dtype=w.dtype, has_bias=self.bias is not None
         )
@@ -107,17 +105,28 @@ def _skinny(
     )
 
 
+def _tile_operands(x: torch.Tensor, w: torch.Tensor) -> bool:
+    """What the Triton tile GEMMs need beyond their planners' dtype / shape checks: the
+    Triton path (CUDA), 2-D x and w with matching K and contiguous last dims. A mismatch
+    goes to the plain path, which raises its own shape error."""
+    return (
+        use_triton(x)
+        and x.dim() == 2
+        and w.dim() == 2
+        and w.shape[1] == x.shape[1]
+        and x.stride(1) == 1
+        and w.stride(1) == 1
+    )
+
+
 def splitk_config(
     x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None
 ) -> splitk.SplitKConfig | None:
-    """The split-K tile config for x @ w.T, or None for the plain path: needs the Triton path
-    (CUDA), 2-D x and w with contiguous last dims; splitk.plan checks dtypes, bias, rows
-    (8 < M <= STRIXLM_SPLITK_MAX_ROWS) and shape."""
-    if not (use_triton(x) and x.dim() == 2 and w.dim() == 2):
+    """The split-K tile config for x @ w.T, or None for the plain path; splitk.plan checks
+    dtypes, bias, rows (GEMV rows < M <= STRIXLM_SPLITK_MAX_ROWS) and shape."""
+    if not _tile_operands(x, w):
         return None
     m, k = x.shape
-    if w.shape[1] != k or x.stride(1) != 1 or w.stride(1) != 1:
-        return None  # a mismatch: the plain path raises its own shape error
     return splitk.plan(
         m, w.shape[0], k, x_dtype=x.dtype, w_dtype=w.dtype, has_bias=bias is not None
     )
@@ -127,12 +136,10 @@ def dense_config(
     x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None
 ) -> splitk.SplitKConfig | None:
     """Our Triton GEMM's config where it beat cuBLAS at this shape (splitk.plan_dense), or
-    None for cuBLAS; the same layout checks as splitk_config."""
-    if not (use_triton(x) and x.dim() == 2 and w.dim() == 2):
+    None for cuBLAS."""
+    if not _tile_operands(x, w):
         return None
     m, k = x.shape
-    if w.shape[1] != k or x.stride(1) != 1 or w.stride(1) != 1:
-        return None
     return splitk.plan_dense(
         m, w.shape[0], k, x_dtype=x.dtype, w_dtype=w.dtype, has_bias=bias is not None
     )

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from strixlm.kernels import qkv_norm_rope as qkv_fused
 from strixlm.kernels.dispatch import use_triton
 from strixlm.layers.attention.backend import AttentionBackend
 from strixlm.layers.attention.metadata import AttentionMetadata
@@ -69,8 +70,17 @@ class Attention(nn.Module):
         fused = self._qkv_norm_rope_write(positions, x, md)
         if fused is not None:  # q/k normed and rotated, K/V in the cache: attention only
             q = fused[:, : self.q_size].view(t, self.num_heads, self.head_dim)
-            o = self.attn.attend(q, self.kv_cache, md).reshape(t, self.q_size)
-            return self.o_proj.forward_partials(o) if partials else self.o_proj(o)
+            o = self.attn.attend(q, self.kv_cache, md)
+        else:
+            o = self._project_and_attend(positions, x, md)
+        o = o.reshape(t, self.q_size)
+        return self.o_proj.forward_partials(o) if partials else self.o_proj(o)
+
+    def _project_and_attend(
+        self, positions: torch.Tensor, x: torch.Tensor, md: AttentionMetadata
+    ) -> torch.Tensor:
+        """qkv projection, q/k norm + rotary (fused where it can be), attention."""
+        t = x.shape[0]
         qkv = self.qkv_proj(x)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(t, self.num_heads, self.head_dim)
@@ -89,11 +99,8 @@ class Attention(nn.Module):
         else:
             q, k = self.rotary(positions, q, k)
         if prologue is not None:
-            o = self.attn.attend(q, self.kv_cache, md, qk_prologue=prologue)
-        else:
-            o = self.attn.forward(q, k, v, self.kv_cache, md)
-        o = o.reshape(t, self.q_size)
-        return self.o_proj.forward_partials(o) if partials else self.o_proj(o)
+            return self.attn.attend(q, self.kv_cache, md, qk_prologue=prologue)
+        return self.attn.forward(q, k, v, self.kv_cache, md)
 
     def _fuse_qk_norm_rope(self, q: torch.Tensor) -> bool:
         """q_norm, k_norm and rotary as one in-place launch: where all three would run Triton
@@ -116,21 +123,19 @@ class Attention(nn.Module):
         (kernels/qkv_norm_rope.py), where it applies: the fused q/k launch with the cache
         write would run, and the kernel has a config for this shape and row count. None
         otherwise."""
-        if not (self.qk_norm and x.dim() == 2 and self._fuse_qk_norm_rope(x)):
+        if not (qkv_fused.ENABLED and self.qk_norm and x.dim() == 2):
+            return None  # the opt-in switch first: this runs per layer on eager steps
+        if not (self._fuse_qk_norm_rope(x) and self._fuse_kv_write(x)):
             return None
-        if not self._fuse_kv_write(x):
-            return None
-        from strixlm.kernels import qkv_norm_rope as fused
-
         w = self.qkv_proj.weight
-        cfg = fused.plan(
+        cfg = qkv_fused.plan(
             x.shape[0], self.num_heads, self.num_kv_heads, self.head_dim, x.shape[1],
             x_dtype=x.dtype, w_dtype=w.dtype, has_bias=self.qkv_proj.bias is not None,
         )  # fmt: skip
         if cfg is None or x.stride(1) != 1:
             return None
         qn, kn, rot, attn = self.q_norm, self.k_norm, self.rotary, self.attn
-        return fused.qkv_norm_rope(
+        return qkv_fused.qkv_norm_rope(
             x, w, self.num_heads, self.num_kv_heads, positions, qn.weight, kn.weight, qn.eps,
             rot.cos, rot.sin, self.kv_cache, md.slot_mapping.contiguous(), cfg,
             attn.k_scale, attn.v_scale,
