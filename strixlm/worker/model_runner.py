@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -60,6 +61,16 @@ def select_attention_backend(config: EngineConfig) -> type[AttentionBackend]:
     from strixlm.layers.attention.triton_paged import TritonPagedAttention
 
     return TritonPagedAttention
+
+
+class _RowsHost(NamedTuple):
+    """Host-side facts about a step's sampled rows, read once a step: the sampling-graph
+    decision and the eager sampler's metadata both use them."""
+
+    rows: np.ndarray
+    flags: tuple[np.ndarray, np.ndarray, np.ndarray]  # SamplingTable.flags
+    suppress: list[tuple[int, list[int]]]  # SamplingTable.suppressed
+    budget: bool  # any row under a thinking budget
 
 
 class ModelRunner:
@@ -353,12 +364,16 @@ class ModelRunner:
         sample_rows = [r for r, s in zip(batch.rows, batch.sample_mask, strict=True) if s]
         all_sample = len(idx) == batch.num_reqs
         prompt_lp = None
+        host: _RowsHost | None = None
         if padded is not None or mixed is not None:
             graphs = self.graphs if mixed is None else self.mixed_graphs
             logits = graphs.run(batch)  # one row per request, in order
             if not idx:
                 return StepHandle([], [], None)  # prefill chunks only: nothing to sample
-            greedy = self._graph_sample_kind(sample_rows) if padded and all_sample else None
+            greedy = None
+            if padded and all_sample:
+                host = self._rows_host(sample_rows)
+                greedy = self._graph_sample_kind(host)
             if greedy is not None:
                 # Sampled and appended on the device by one more graph (sample_graphs.py).
                 tokens = self.sample_graphs.run(padded, greedy)[: batch.num_reqs]
@@ -388,7 +403,10 @@ class ModelRunner:
             rows_dev = batch.rows_dev[: batch.num_reqs]
         else:
             rows_dev = to_device(sample_rows, self.device, torch.int32)
-        out = self.sampler(logits, self._sampling_metadata(sample_rows, rows_dev))
+        if host is None:
+            host = self._rows_host(sample_rows)
+        md = self._sampling_metadata(host, rows_dev)
+        out = self.sampler(logits, md)
         self.table.append_sampled(sample_rows, rows_dev, out.sampled_token_ids)
         infos = [self.table.info[r] for r in sample_rows]
         return StepHandle(
@@ -468,27 +486,30 @@ class ModelRunner:
             ).result()
             self.execute(SchedulerOutput(finished_req_ids={rid}))
 
-    def _graph_sample_kind(self, rows: list[int]) -> bool | None:
+    def _rows_host(self, rows: list[int]) -> _RowsHost:
+        table, sampling = self.table, self.sampling
+        rows_np = np.asarray(rows)
+        return _RowsHost(
+            rows_np,
+            sampling.flags(rows_np),
+            sampling.suppressed(rows_np, table.num_tokens_cpu, table.info),
+            self.thinking.any_budget(rows_np),
+        )
+
+    def _graph_sample_kind(self, host: _RowsHost) -> bool | None:
         """Whether a decode step's rows can be sampled by a sampling graph, and which
         (True: all greedy, False: temperatures); None: the eager sampler."""
-        if self.sample_graphs is None:
+        if self.sample_graphs is None or host.budget or host.suppress:
             return None
-        rows_np = np.asarray(rows)
-        greedy = self.sampling.plain_kind(rows_np)
-        if greedy is None or self.thinking.any_budget(rows_np):
-            return None
-        if self.sampling.suppressed(rows_np, self.table.num_tokens_cpu, self.table.info):
-            return None
-        return greedy
+        return self.sampling.plain_kind(host.rows, host.flags)
 
-    def _sampling_metadata(self, rows: list[int], rows_dev: torch.Tensor) -> SamplingMetadata:
+    def _sampling_metadata(self, host: _RowsHost, rows_dev: torch.Tensor) -> SamplingMetadata:
         table = self.table
-        rows_np = np.asarray(rows)
-        suppress = self.sampling.suppressed(rows_np, table.num_tokens_cpu, table.info)
         md = self.sampling.metadata(
-            rows_np, rows_dev, table.num_tokens, table.num_tokens_cpu, table.token_ids, suppress
-        )
-        if self.thinking.any_budget(rows_np):
+            host.rows, rows_dev, table.num_tokens, table.num_tokens_cpu, table.token_ids,
+            host.suppress, host.flags,
+        )  # fmt: skip
+        if host.budget:
             # Decided on the device from the rows' persistent state (no host sync).
             md.forced_token_ids = self.thinking.forced_tokens(
                 table.token_ids, rows_dev, md.positions

@@ -57,7 +57,7 @@ class SamplingTable:
         self.f.index_copy_(1, idx, to_device(self.f_cpu[:, rows], self.device))
         self.i.index_copy_(1, idx, to_device(self.i_cpu[:, rows], self.device))
 
-    def _flags(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def flags(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per row: greedy, has penalties, has filters (which greedy rows ignore)."""
         fc = self.f_cpu[:, rows]
         ic = self.i_cpu[:, rows]
@@ -66,10 +66,11 @@ class SamplingTable:
         filters = ((ic[0] > 0) | (fc[1] < 1.0) | (fc[2] > 0)) & ~greedy
         return greedy, penalties, filters
 
-    def plain_kind(self, rows: np.ndarray) -> bool | None:
+    def plain_kind(self, rows: np.ndarray, flags: tuple | None = None) -> bool | None:
         """For rows that need only temperature sampling (no penalties, filters or
-        logprobs): whether all are greedy; None when some row needs more."""
-        greedy, penalties, filters = self._flags(rows)
+        logprobs): whether all are greedy; None when some row needs more. flags: this
+        step's flags(rows), when the caller has them already."""
+        greedy, penalties, filters = flags if flags is not None else self.flags(rows)
         if penalties.any() or filters.any() or (self.num_logprobs[rows] >= 0).any():
             return None
         return bool(greedy.all())
@@ -107,10 +108,12 @@ class SamplingTable:
         num_tokens_cpu: np.ndarray,
         token_ids: torch.Tensor,
         suppress: list[tuple[int, list[int]]],
+        flags: tuple | None = None,
     ) -> SamplingMetadata:
-        """Gather this step's rows and decide the skip flags on the host mirrors.
-        token_ids is the state table's token tensor (history for penalties)."""
-        greedy, penalties, filters = self._flags(rows)
+        """Gather this step's rows and decide the skip flags on the host mirrors (flags:
+        flags(rows), when the caller has them already). token_ids is the state table's
+        token tensor (history for penalties)."""
+        greedy, penalties, filters = flags if flags is not None else self.flags(rows)
         n_lp = self.num_logprobs[rows]
         md = self.gather(
             rows_dev,
