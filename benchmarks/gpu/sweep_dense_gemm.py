@@ -32,7 +32,7 @@ import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from graph_timing import replay_time_us  # noqa: E402
+from graph_timing import graph_time_us  # noqa: E402
 
 from strixlm.kernels import gate_up_silu as gus  # noqa: E402
 from strixlm.kernels import qkv_norm_rope as qnr  # noqa: E402
@@ -93,16 +93,7 @@ def chain_us(
             _producer[(m,)](h, xin, m, n, k, BLOCK=block, PDL=pdl, launch_pdl=pdl)
             h = gemm(xin, w) if with_gemm else h
 
-    body()
-    torch.cuda.synchronize()
-    side = torch.cuda.Stream()
-    with torch.cuda.stream(side):
-        body()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        body()
-    return replay_time_us(g, reps) / LAYERS
+    return graph_time_us(body, reps) / LAYERS
 
 
 def max_rel_err(m: int, n: int, k: int, cfg: sk.SplitKConfig) -> float:
