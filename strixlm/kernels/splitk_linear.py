@@ -130,7 +130,9 @@ _DENSE: dict[tuple[int, int], list[tuple[int, SplitKConfig]]] = {
         (64, SplitKConfig(64, 32, 128, 1, 4, 4)),
         (128, SplitKConfig(64, 64, 128, 1, 4, 4)),
     ],
-    (6144, 1024): [  # gate_up
+    # gate_up: the Llama MLP takes kernels/gate_up_silu.py at these rows first; these serve
+    # its STRIXLM_FUSE_GATE_UP_SILU=0 runs and other [gate | up] callers.
+    (6144, 1024): [
         (16, SplitKConfig(16, 64, 128, 1, 4, 4)),
         (32, SplitKConfig(32, 64, 128, 1, 4, 4)),
         (64, SplitKConfig(64, 64, 128, 1, 4, 4)),
