@@ -71,6 +71,10 @@
 #           session 10's dispatch (GEMV to 8 rows, cuBLAS elsewhere), alternating
 #   fusedsilu gate_up with SiLU-and-mul in its epilogue (kernels/gate_up_silu.py): greedy tokens
 #           vs HF, then the workload on / off (STRIXLM_FUSE_GATE_UP_SILU), alternating
+#   fusedqkv  qkv with q/k norm + rotary + K/V write in its epilogue (kernels/qkv_norm_rope.py):
+#           its tiles against the engine's two launches (sweep_dense_gemm --qkv-norm-rope), then
+#           greedy tokens of the decode-path variants at the real shape (check_decode_paths.py)
+#   fusedqkvab  the workload with STRIXLM_FUSE_QKV_NORM_ROPE=1 / 0, alternating, after a warm-up
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
 SECTIONS=${*:-checks}
 source benchmarks/gpu/lib.sh
@@ -296,4 +300,13 @@ if has fusedsilu; then
   run e2e_fusedsilu 240 python benchmarks/gpu/check_e2e.py
   run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_FUSE_GATE_UP_SILU tp_fsilu on1:1 off1:0 on2:1 off2:0
+fi
+if has fusedqkv; then
+  run sweep_qkv 240 python benchmarks/gpu/sweep_dense_gemm.py --qkv-norm-rope \
+    --json "$OUT/sweep_qkv_norm_rope.json"
+  run decode_paths 330 python benchmarks/gpu/check_decode_paths.py
+fi
+if has fusedqkvab; then
+  run tp_warm 100 $TP --model qwen3-0.6b
+  ab_tp STRIXLM_FUSE_QKV_NORM_ROPE tp_fqkv on1:1 off1:0 on2:1 off2:0
 fi

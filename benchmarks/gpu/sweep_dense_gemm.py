@@ -13,9 +13,10 @@ python benchmarks/gpu/sweep_dense_gemm.py [--json PATH] [--quick] [--gate-up-sil
 
 --gate-up-silu: instead, gate_up + silu_and_mul as the engine ran them before (cuBLAS, then
 the activation kernel) against the fused kernel (kernels/gate_up_silu.py) over its configs.
---qkv-norm-rope: instead, cuBLAS qkv + the q/k norm / rotary / K/V-write launch against the
-fused kernel (kernels/qkv_norm_rope.py), each config first checked against its torch
-reference (projection and cache, bf16 and fp8 caches).
+--qkv-norm-rope: instead, the engine's qkv (our tile GEMM where plan_dense has it, else
+cuBLAS) + the q/k norm / rotary / K/V-write launch against the fused kernel
+(kernels/qkv_norm_rope.py), each config first checked against its torch reference
+(projection and cache, bf16 and fp8 caches).
 """
 
 from __future__ import annotations
@@ -178,14 +179,18 @@ def sweep_qkv_norm_rope(reps: int) -> list[dict]:
     cfgs = qkv_configs()
     print(f"qkv + q/k norm + rotary + K/V write: {len(cfgs)} fused configs")
     rows = []
-    for m in (64, 128, 160, 192, 224, 256):
+    for m in (16, 32, 64, 96, 128, 160, 192, 224, 256):
         pos = torch.randint(0, 4000, (m,), device="cuda")
+        # The engine's qkv at m rows: our tile GEMM where its table has an entry, else cuBLAS.
+        dense = sk.plan_dense(
+            m, n, k, x_dtype=torch.bfloat16, w_dtype=torch.bfloat16, has_bias=False
+        )
         slots = torch.randperm(64 * 16, device="cuda")[:m]
         cache = torch.zeros(2, 64, 16, nkv, d, device="cuda", dtype=torch.bfloat16)
         args = (pos, qw, kw, 1e-6, rot.cos, rot.sin)
 
-        def two_launch(a, b):
-            qkv = F.linear(a, b)
+        def two_launch(a, b, dense=dense):
+            qkv = F.linear(a, b) if dense is None else sk.dense_linear(a, b, dense)
             q = qkv[:, : nq * d].view(m, nq, d)  # noqa: B023
             kk = qkv[:, nq * d : (nq + nkv) * d].view(m, nkv, d)  # noqa: B023
             v = qkv[:, (nq + nkv) * d :].view(m, nkv, d)  # noqa: B023
@@ -223,9 +228,11 @@ def sweep_qkv_norm_rope(reps: int) -> list[dict]:
             best = min(best, (t - base, cfg), key=lambda b: b[0])
         c = best[1]
         tag = "-" if c is None else f"{c.block_m}x{c.block_k} w{c.num_warps} s{c.num_stages}"
-        print(f"qkv+norm+rope M={m:4d} cuBLAS+launch {two:6.2f} us  fused {best[0]:6.2f} us "
+        gemm = "cuBLAS" if dense is None else "tile  "
+        print(f"qkv+norm+rope M={m:4d} {gemm}+launch {two:6.2f} us  fused {best[0]:6.2f} us "
               f"({tag})  gain {two - best[0]:+5.2f} us")  # fmt: skip
         rows.append(dict(name="qkv_norm_rope", m=m, two_launch_us=two, fused_us=best[0],
+                         two_launch_gemm="cublas" if dense is None else "tile",
                          cfg=None if c is None else c.__dict__))  # fmt: skip
     return rows
 
