@@ -71,10 +71,9 @@
 #           session 10's dispatch (GEMV to 8 rows, cuBLAS elsewhere), alternating
 #   fusedsilu gate_up with SiLU-and-mul in its epilogue (kernels/gate_up_silu.py): greedy tokens
 #           vs HF, then the workload on / off (STRIXLM_FUSE_GATE_UP_SILU), alternating
-#   fusedqkv  qkv with q/k norm + rotary + K/V write in its epilogue (kernels/qkv_norm_rope.py):
-#           its tiles against the engine's two launches (sweep_dense_gemm --qkv-norm-rope), then
-#           greedy tokens of the decode-path variants at the real shape (check_decode_paths.py)
-#   fusedqkvab  the workload with STRIXLM_FUSE_QKV_NORM_ROPE=1 / 0, alternating, after a warm-up
+#   decodepaths  the decode-path variants at the Qwen3-0.6B shape in bf16: greedy tokens and
+#           logprobs against session 10's dispatch (check_decode_paths.py)
+#   blocksize the workload with 16 / 64-token KV blocks (--block-size), alternating
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
 SECTIONS=${*:-checks}
 source benchmarks/gpu/lib.sh
@@ -301,12 +300,14 @@ if has fusedsilu; then
   run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_FUSE_GATE_UP_SILU tp_fsilu on1:1 off1:0 on2:1 off2:0
 fi
-if has fusedqkv; then
-  run sweep_qkv 240 python benchmarks/gpu/sweep_dense_gemm.py --qkv-norm-rope \
-    --json "$OUT/sweep_qkv_norm_rope.json"
+if has decodepaths; then
   run decode_paths 330 python benchmarks/gpu/check_decode_paths.py
 fi
-if has fusedqkvab; then
+if has blocksize; then
   run tp_warm 100 $TP --model qwen3-0.6b
-  ab_tp STRIXLM_FUSE_QKV_NORM_ROPE tp_fqkv on1:1 off1:0 on2:1 off2:0
+  for v in b16_1:16 b64_1:64 b16_2:16 b64_2:64; do
+    run "tp_bs_${v%%:*}" 100 $TP --model qwen3-0.6b --block-size "${v#*:}" \
+      --output-json "$OUT/tp_bs_${v%%:*}.json"
+  done
+  grep "strixlm  " "$OUT"/tp_bs_*.log
 fi

@@ -13,10 +13,6 @@ python benchmarks/gpu/sweep_dense_gemm.py [--json PATH] [--quick] [--gate-up-sil
 
 --gate-up-silu: instead, gate_up + silu_and_mul as the engine ran them before (cuBLAS, then
 the activation kernel) against the fused kernel (kernels/gate_up_silu.py) over its configs.
---qkv-norm-rope: instead, the engine's qkv (our tile GEMM where plan_dense has it, else
-cuBLAS) + the q/k norm / rotary / K/V-write launch against the fused kernel
-(kernels/qkv_norm_rope.py), each config first checked against its torch reference
-(projection and cache, bf16 and fp8 caches).
 """
 
 from __future__ import annotations
@@ -36,12 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from graph_timing import graph_time_us  # noqa: E402
 
 from strixlm.kernels import gate_up_silu as gus  # noqa: E402
-from strixlm.kernels import qkv_norm_rope as qnr  # noqa: E402
 from strixlm.kernels import splitk_linear as sk  # noqa: E402
 from strixlm.kernels.activation import silu_and_mul  # noqa: E402
-from strixlm.kernels.kv_write import FP8_DTYPE  # noqa: E402
 from strixlm.kernels.pdl import pdl_enabled, pdl_prologue  # noqa: E402
-from strixlm.kernels.qk_norm_rope import qk_norm_rope_inplace  # noqa: E402
 
 LAYERS = 28
 SHAPES = [  # name, N, K, rows
@@ -156,98 +149,15 @@ def sweep_gate_up_silu(reps: int) -> list[dict]:
     return rows
 
 
-def qkv_configs() -> list[sk.SplitKConfig]:
-    out = []
-    for bm in (16, 32, 64, 128):
-        for bk in (64, 128):
-            for stages in (2, 3, 4):
-                if (bm + 128) * bk * 2 * stages <= 180 * 1024:
-                    out.append(sk.SplitKConfig(bm, 128, bk, 1, 8 if bm == 128 else 4, stages))
-    return out
-
-
-def sweep_qkv_norm_rope(reps: int) -> list[dict]:
-    from strixlm.layers.rotary import RotaryEmbedding
-
-    nq, nkv, d, k = 16, 8, 128, 1024
-    n = (nq + 2 * nkv) * d
-    torch.manual_seed(0)
-    ws = [(0.02 * torch.randn(n, k, device="cuda")).to(torch.bfloat16) for _ in range(LAYERS)]
-    rot = RotaryEmbedding(d, 40960, 1e6).to("cuda")
-    qw = (1 + 0.1 * torch.randn(d, device="cuda")).to(torch.bfloat16)
-    kw = (1 + 0.1 * torch.randn(d, device="cuda")).to(torch.bfloat16)
-    cfgs = qkv_configs()
-    print(f"qkv + q/k norm + rotary + K/V write: {len(cfgs)} fused configs")
-    rows = []
-    for m in (16, 32, 64, 96, 128, 160, 192, 224, 256):
-        pos = torch.randint(0, 4000, (m,), device="cuda")
-        # The engine's qkv at m rows: our tile GEMM where its table has an entry, else cuBLAS.
-        dense = sk.plan_dense(
-            m, n, k, x_dtype=torch.bfloat16, w_dtype=torch.bfloat16, has_bias=False
-        )
-        slots = torch.randperm(64 * 16, device="cuda")[:m]
-        cache = torch.zeros(2, 64, 16, nkv, d, device="cuda", dtype=torch.bfloat16)
-        args = (pos, qw, kw, 1e-6, rot.cos, rot.sin)
-
-        def two_launch(a, b, dense=dense):
-            qkv = F.linear(a, b) if dense is None else sk.dense_linear(a, b, dense)
-            q = qkv[:, : nq * d].view(m, nq, d)  # noqa: B023
-            kk = qkv[:, nq * d : (nq + nkv) * d].view(m, nkv, d)  # noqa: B023
-            v = qkv[:, (nq + nkv) * d :].view(m, nkv, d)  # noqa: B023
-            qk_norm_rope_inplace(
-                pos, q, kk, qw, kw, 1e-6, rot.cos, rot.sin, v=v, kv_cache=cache,  # noqa: B023
-                slot_mapping=slots,  # noqa: B023
-            )  # fmt: skip
-            return qkv
-
-        base = chain_us(m, ws, None, False, reps)
-        two = chain_us(m, ws, two_launch, True, reps) - base
-        best: tuple[float, sk.SplitKConfig | None] = (float("inf"), None)
-        for cfg in cfgs:
-            if cfg.block_m > max(16, triton.next_power_of_2(m)):
-                continue
-            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            bad = []
-            for cdt, scales in ((torch.bfloat16, (1.0, 1.0)), (FP8_DTYPE, (0.5, 2.0))):
-                c_ref = torch.zeros(2, 64, 16, nkv, d, device="cuda").to(cdt)
-                c_got = c_ref.clone()
-                ref = qnr.qkv_norm_rope_ref(x, ws[0], nq, nkv, *args, c_ref, slots, *scales)
-                got = qnr.qkv_norm_rope(x, ws[0], nq, nkv, *args, c_got, slots, cfg, *scales)
-                for a, b in ((got, ref), (c_got, c_ref)):
-                    a, b = a.float(), b.float()
-                    if ((a - b).abs().max() / b.abs().max()).item() > 2e-2:
-                        bad.append(str(cdt))
-            if bad:
-                print(f"  M={m} {cfg}: WRONG ({bad})")
-                continue
-
-            def fused(a, b, c=cfg, args=args, cache=cache, slots=slots):
-                return qnr.qkv_norm_rope(a, b, nq, nkv, *args, cache, slots, c)
-
-            t = chain_us(m, ws, fused, True, reps)
-            best = min(best, (t - base, cfg), key=lambda b: b[0])
-        c = best[1]
-        tag = "-" if c is None else f"{c.block_m}x{c.block_k} w{c.num_warps} s{c.num_stages}"
-        gemm = "cuBLAS" if dense is None else "tile  "
-        print(f"qkv+norm+rope M={m:4d} {gemm}+launch {two:6.2f} us  fused {best[0]:6.2f} us "
-              f"({tag})  gain {two - best[0]:+5.2f} us")  # fmt: skip
-        rows.append(dict(name="qkv_norm_rope", m=m, two_launch_us=two, fused_us=best[0],
-                         two_launch_gemm="cublas" if dense is None else "tile",
-                         cfg=None if c is None else c.__dict__))  # fmt: skip
-    return rows
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
     ap.add_argument("--quick", action="store_true", help="fewer configs and shapes")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--gate-up-silu", action="store_true")
-    ap.add_argument("--qkv-norm-rope", action="store_true")
     args = ap.parse_args()
-    if args.gate_up_silu or args.qkv_norm_rope:
-        sweep = sweep_gate_up_silu if args.gate_up_silu else sweep_qkv_norm_rope
-        rows = sweep(args.reps)
+    if args.gate_up_silu:
+        rows = sweep_gate_up_silu(args.reps)
         if args.json:
             Path(args.json).write_text(json.dumps(rows, indent=1))
         return 0

@@ -68,6 +68,7 @@ def add_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     a("--seed", type=int, default=0)
     a("--max-num-seqs", type=int, default=256)
     a("--max-num-batched-tokens", type=int, default=8192)
+    a("--block-size", type=int, default=16, help="tokens per KV cache block")
     a("--gpu-memory-utilization", type=float, default=0.9)
     a(
         "--kv-cache-dtype",
@@ -120,6 +121,7 @@ def run_strixlm(
         seed=args.seed,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
+        block_size=args.block_size,
         gpu_memory_utilization=args.gpu_memory_utilization,
         kv_cache_dtype=args.kv_cache_dtype,
         skip_tokenizer_init=True,
@@ -159,6 +161,7 @@ def run_strixlm(
     config = {
         "max_num_seqs": args.max_num_seqs,
         "max_num_batched_tokens": args.max_num_batched_tokens,
+        "block_size": args.block_size,
         "gpu_memory_utilization": args.gpu_memory_utilization,
         "api": "LLM.generate",
     }

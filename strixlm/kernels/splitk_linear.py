@@ -82,8 +82,8 @@ def pick_config(m: int, n: int, k: int) -> SplitKConfig | None:
 
 
 def half_operands(x_dtype: torch.dtype, w_dtype: torch.dtype, has_bias: bool) -> bool:
-    """What every tile kernel here (and gate_up_silu / qkv_norm_rope) assumes: a 16-bit
-    weight, x of the same dtype, no bias."""
+    """What every tile kernel here (and gate_up_silu) assumes: a 16-bit weight, x of the
+    same dtype, no bias."""
     return not has_bias and w_dtype in _HALF and x_dtype == w_dtype
 
 

@@ -15,7 +15,6 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from strixlm.kernels import qkv_norm_rope as qkv_fused
 from strixlm.kernels.dispatch import use_triton
 from strixlm.layers.attention.backend import AttentionBackend
 from strixlm.layers.attention.metadata import AttentionMetadata
@@ -67,13 +66,7 @@ class Attention(nn.Module):
     ) -> torch.Tensor | SplitKPartials:
         """partials: the output may be o_proj's split-K partials (for an RMSNorm consumer)."""
         t = x.shape[0]
-        fused = self._qkv_norm_rope_write(positions, x, md)
-        if fused is not None:  # q/k normed and rotated, K/V in the cache: attention only
-            q = fused[:, : self.q_size].view(t, self.num_heads, self.head_dim)
-            o = self.attn.attend(q, self.kv_cache, md)
-        else:
-            o = self._project_and_attend(positions, x, md)
-        o = o.reshape(t, self.q_size)
+        o = self._project_and_attend(positions, x, md).reshape(t, self.q_size)
         return self.o_proj.forward_partials(o) if partials else self.o_proj(o)
 
     def _project_and_attend(
@@ -117,29 +110,6 @@ class Attention(nn.Module):
             and self.attn.kv_write_is_kernel_compatible
             and self.attn.use_triton(q.device)
         )
-
-    def _qkv_norm_rope_write(self, positions, x: torch.Tensor, md: AttentionMetadata):
-        """The projection with q/k norm, rotary and the K/V write in its epilogue
-        (kernels/qkv_norm_rope.py), where it applies: the fused q/k launch with the cache
-        write would run, and the kernel has a config for this shape and row count. None
-        otherwise."""
-        if not (qkv_fused.ENABLED and self.qk_norm and x.dim() == 2):
-            return None  # the opt-in switch first: this runs per layer on eager steps
-        if not (self._fuse_qk_norm_rope(x) and self._fuse_kv_write(x)):
-            return None
-        w = self.qkv_proj.weight
-        cfg = qkv_fused.plan(
-            x.shape[0], self.num_heads, self.num_kv_heads, self.head_dim, x.shape[1],
-            x_dtype=x.dtype, w_dtype=w.dtype, has_bias=self.qkv_proj.bias is not None,
-        )  # fmt: skip
-        if cfg is None or x.stride(1) != 1:
-            return None
-        qn, kn, rot, attn = self.q_norm, self.k_norm, self.rotary, self.attn
-        return qkv_fused.qkv_norm_rope(
-            x, w, self.num_heads, self.num_kv_heads, positions, qn.weight, kn.weight, qn.eps,
-            rot.cos, rot.sin, self.kv_cache, md.slot_mapping.contiguous(), cfg,
-            attn.k_scale, attn.v_scale,
-        )  # fmt: skip
 
     def _qk_norm_rope_write(self, positions, k, v, md: AttentionMetadata):
         """The fused launch with the cache write, as arguments for the backend's attend."""
