@@ -73,6 +73,8 @@
 #           vs HF, then the workload on / off (STRIXLM_FUSE_GATE_UP_SILU), alternating
 #   decodepaths  the decode-path variants at the Qwen3-0.6B shape in bf16: greedy tokens and
 #           logprobs against session 10's dispatch (check_decode_paths.py)
+#   tmagemm a Triton GEMM with TMA tile loads (and warp specialization) against cuBLAS at the
+#           decode GEMMs of 128-256 rows (sweep_tma_gemm.py)
 #   blocksize the workload with 16 / 64-token KV blocks (--block-size), alternating
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
 SECTIONS=${*:-checks}
@@ -310,4 +312,7 @@ if has blocksize; then
       --output-json "$OUT/tp_bs_${v%%:*}.json"
   done
   grep "strixlm  " "$OUT"/tp_bs_*.log
+fi
+if has tmagemm; then
+  run sweep_tma 420 python benchmarks/gpu/sweep_tma_gemm.py --json "$OUT/sweep_tma_gemm.json"
 fi
