@@ -1,7 +1,7 @@
 """The decode-path variants at the Qwen3-0.6B shape in bf16, against each other: the kernels
-that only take that shape and dtype (splitk_linear's dense table, the fused gate_up + SiLU,
-the GEMV's row limit) never run in check_e2e.py, whose tiny fp32 models match none of their
-tables.
+that only take that shape and dtype (splitk_linear's dense table, the TMA GEMM's table, the
+fused gate_up + SiLU, the GEMV's row limit) never run in check_e2e.py, whose tiny fp32
+models match none of their tables.
 
 A Qwen3 model with the bundled qwen3-0.6b config and weights drawn N(0, 0.1) (norms at 1) is
 saved once; each variant runs in its own process (the switches are read at import) over 200
@@ -35,7 +35,10 @@ import tempfile
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 VARIANTS = {  # name -> environment; the first is the reference (session 10's dispatch)
     "cublas_gemv8": dict(
-        STRIXLM_GEMV_MAX_ROWS="8", STRIXLM_DENSE_GEMM="0", STRIXLM_FUSE_GATE_UP_SILU="0"
+        STRIXLM_GEMV_MAX_ROWS="8",
+        STRIXLM_DENSE_GEMM="0",
+        STRIXLM_FUSE_GATE_UP_SILU="0",
+        STRIXLM_TMA_GEMM="0",
     ),
     "defaults": {},
     "eager_defaults": dict(STRIXLM_CHECK_EAGER="1"),

@@ -75,6 +75,8 @@
 #           logprobs against session 10's dispatch (check_decode_paths.py)
 #   tmagemm a Triton GEMM with TMA tile loads (and warp specialization) against cuBLAS at the
 #           decode GEMMs of 128-256 rows (sweep_tma_gemm.py)
+#   tmaab   greedy tokens / logprobs of the decode paths (check_decode_paths.py), then the
+#           workload with the TMA GEMM on / off (STRIXLM_TMA_GEMM), alternating, after a warm-up
 #   blocksize the workload with 16 / 64-token KV blocks (--block-size), alternating
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
 SECTIONS=${*:-checks}
@@ -315,4 +317,9 @@ if has blocksize; then
 fi
 if has tmagemm; then
   run sweep_tma 420 python benchmarks/gpu/sweep_tma_gemm.py --json "$OUT/sweep_tma_gemm.json"
+fi
+if has tmaab; then
+  run decode_paths 330 python benchmarks/gpu/check_decode_paths.py
+  run tp_warm 100 $TP --model qwen3-0.6b
+  ab_tp STRIXLM_TMA_GEMM tp_tma on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
 fi

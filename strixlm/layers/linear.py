@@ -1,7 +1,7 @@
 """Linear layer that sends skinny inputs (small-batch decode) to the Triton GEMV kernel,
-decode-sized batches of the measured shapes to the Triton tile GEMM (which takes part in
-PDL, so it starts while its producer drains), and can hand mid-size batches' narrow outputs
-back as split-K partials (forward_partials)."""
+decode-sized batches of the measured shapes to the Triton tile GEMMs (pointer loads, or TMA
+where that won; both take part in PDL, so they start while their producer drains), and can
+hand mid-size batches' narrow outputs back as split-K partials (forward_partials)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from torch import nn
 from strixlm.kernels import gate_up_silu as gate_up_kernel
 from strixlm.kernels import gemv as gemv_kernel
 from strixlm.kernels import splitk_linear as splitk
+from strixlm.kernels import tma_linear as tma
 from strixlm.kernels.dispatch import use_triton
 from strixlm.layers.activation import silu_and_mul
 from strixlm.layers.splitk_partials import SplitKPartials
@@ -34,6 +35,9 @@ class Linear(nn.Linear):
         cfg = dense_config(x, self.weight, self.bias)
         if cfg is not None:
             return splitk.dense_linear(x, self.weight, cfg)
+        tcfg = tma_config(x, self.weight, self.bias)
+        if tcfg is not None:
+            return tma.tma_linear(x, self.weight, tcfg)
         return F.linear(x, self.weight, self.bias)
 
     def forward_partials(self, x: torch.Tensor) -> torch.Tensor | SplitKPartials:
@@ -143,6 +147,15 @@ def dense_config(
     return splitk.plan_dense(
         m, w.shape[0], k, x_dtype=x.dtype, w_dtype=w.dtype, has_bias=bias is not None
     )
+
+
+def tma_config(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> tma.TmaConfig | None:
+    """The TMA tile GEMM's config where it beat cuBLAS at this shape and row count
+    (tma_linear.plan) and both operands suit TMA, or None."""
+    if not (_tile_operands(x, w) and tma.tma_ready(x) and tma.tma_ready(w)):
+        return None
+    m, k = x.shape
+    return tma.plan(m, w.shape[0], k, x_dtype=x.dtype, w_dtype=w.dtype, has_bias=bias is not None)
 
 
 def fp32_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
