@@ -43,6 +43,20 @@ def test_tma_linear_matches_reference(m):
     torch.testing.assert_close(got, tma.tma_linear_ref(x, w), rtol=2e-3, atol=2e-3)
 
 
+@pytest.mark.parametrize("m", [5, 37])
+def test_tma_gate_up_silu_matches_gate_up_then_silu(m):
+    from strixlm.kernels.gate_up_silu import gate_up_silu_ref
+
+    x = torch.randn(m, 64, generator=_gen(m)).to(torch.float16)
+    w = torch.randn(128, 64, generator=_gen(200 + m)).to(torch.float16)
+    got = tma.tma_gate_up_silu(x, w, SMALL)
+    assert got.shape == (m, 64)
+    ref = gate_up_silu_ref(x, w)
+    torch.testing.assert_close(got, ref, rtol=4e-3, atol=4e-3)
+    with pytest.raises(ValueError, match="TMA tiles"):
+        tma.tma_gate_up_silu(x, w[:96], SMALL)  # I = 48: a tile would reach into the up rows
+
+
 def test_tma_linear_rejects_what_tma_cannot_describe():
     w = torch.randn(96, 64).to(torch.float16)
     with pytest.raises(ValueError, match="TMA tiles"):
@@ -66,6 +80,23 @@ def test_plan_follows_the_table():
     assert tma.plan(200, 1024, 2048, **kw) is None  # o_proj / down: not a win
     assert tma.plan(200, 4096, 1024, **{**kw, "has_bias": True}) is None
     assert tma.plan(200, 4096, 1024, **{**kw, "x_dtype": torch.float32}) is None
+
+
+def test_gate_up_silu_dispatch_after_the_pointer_kernel(monkeypatch):
+    from strixlm.kernels import gate_up_silu as gus
+
+    monkeypatch.setattr(linear, "use_triton", lambda t: True)
+    monkeypatch.setattr(linear, "tma", tma)
+    monkeypatch.setattr(linear, "gate_up_kernel", gus)
+    monkeypatch.setattr(gus, "_CONFIGS", {})
+    monkeypatch.setattr(tma, "_GATE_UP_SILU_TABLE", {(64, 64): [(9, 40, SMALL)]})
+    lin = linear.Linear(64, 128, bias=False).to(torch.float16)
+    x = torch.randn(20, 64, generator=_gen(5)).to(torch.float16)
+    got = lin.forward_gate_up_silu(x)
+    torch.testing.assert_close(got, gus.gate_up_silu_ref(x, lin.weight), rtol=4e-3, atol=4e-3)
+    assert lin.forward_gate_up_silu(torch.randn(41, 64).to(torch.float16)) is None
+    monkeypatch.setattr(tma, "ENABLED", False)
+    assert lin.forward_gate_up_silu(x) is None
 
 
 def test_forward_takes_the_tma_kernel_at_measured_shapes(monkeypatch):
@@ -103,6 +134,13 @@ for dt in ("bf16", "fp16"):
         src = ASTSource(t._tma_linear_kernel, {**sig, **{k: "constexpr" for k in c}}, c)
         k = triton.compile(src, target=target,
                            options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
+        assert "cp.async.bulk.tensor" in k.asm["ptx"] and "wgmma" in k.asm["ptx"]
+        # the fused gate_up + SiLU with the same tiles
+        sig = dict(x_desc=sig["x_desc"], w_desc=sig["w_desc"], out_desc=sig["out_desc"],
+                   INTER="i32", K="i32")
+        src = ASTSource(t._tma_gate_up_silu_kernel, {**sig, **{k: "constexpr" for k in c}}, c)
+        k = triton.compile(src, target=target,
+                           options=dict(num_warps=cfg.num_warps, num_stages=3))
         assert "cp.async.bulk.tensor" in k.asm["ptx"] and "wgmma" in k.asm["ptx"]
 print("compiled")
 """

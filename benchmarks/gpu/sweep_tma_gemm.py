@@ -1,15 +1,18 @@
-"""Would a Triton GEMM that loads its tiles with TMA (tensor descriptors) beat cuBLAS at the
-decode GEMMs where cuBLAS still runs (129-256 rows)? An experiment for issue 3.
+"""Where does a Triton GEMM that loads its tiles with TMA (kernels/tma_linear.py) beat what a
+decode step runs now? An experiment for issue 3, and the source of tma_linear's tables.
 
-Our pointer-load tile GEMM (kernels/splitk_linear.py) loses to cuBLAS there by 0.5-1.4 us a
-GEMM (sweep_dense_gemm.py), and the epilogue fusions it would carry (SiLU-and-mul, the q/k
-norm + rotary) lose with it. cuBLAS's nvjet kernels load with TMA into a multi-stage
-pipeline; this tries the same loads from Triton: host-side descriptors for x [M, K] and
-w [N, K] (zero-filled past M) and the output, optionally with Triton's warp specialization
-of the K loop. Timed as sweep_dense_gemm times GEMMs: 28 x [PDL producer -> GEMM] in one
-CUDA graph, each with its own weight. Every config is first checked against fp32 torch.
+Timed as sweep_dense_gemm.py times GEMMs: 28 x [PDL producer -> GEMM] in one CUDA graph,
+each with its own weight, minus the producers alone, per layer. Every config is first
+checked against fp32 torch.
 
-python benchmarks/gpu/sweep_tma_gemm.py [--json PATH] [--reps N]
+  default          x @ w.T per shape and row count: cuBLAS, our pointer-load tile GEMM where
+                   splitk_linear.plan_dense has it, and the best TMA config
+  --gate-up-silu   silu_and_mul(x @ [W_gate | W_up].T): the engine's two launches (its
+                   gate_up dispatch, then the activation kernel) against the best config of
+                   the fused TMA kernel
+
+python benchmarks/gpu/sweep_tma_gemm.py [--json PATH] [--reps N] [--rows M ...]
+    [--shapes qkv gate_up o_proj down] [--gate-up-silu]
 """
 
 from __future__ import annotations
@@ -21,76 +24,115 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-import triton
-import triton.language as tl
-from triton.tools.tensor_descriptor import TensorDescriptor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from sweep_dense_gemm import LAYERS, chain_us  # noqa: E402
 
+from strixlm.kernels import gate_up_silu as gus  # noqa: E402
 from strixlm.kernels import splitk_linear as sk  # noqa: E402
-from strixlm.kernels.pdl import pdl_enabled, pdl_prologue  # noqa: E402
+from strixlm.kernels import tma_linear as tma  # noqa: E402
+from strixlm.kernels.activation import silu_and_mul  # noqa: E402
+from strixlm.kernels.pdl import pdl_enabled  # noqa: E402
 
-SHAPES = [  # name, N, K
-    ("qkv", 4096, 1024),
-    ("gate_up", 6144, 1024),
-    ("o_proj", 1024, 2048),
-    ("down", 1024, 3072),
-]
+SHAPES = {
+    "qkv": (4096, 1024),
+    "gate_up": (6144, 1024),
+    "o_proj": (1024, 2048),
+    "down": (1024, 3072),
+}
 ROWS = (128, 192, 256)
+HALF = dict(x_dtype=torch.bfloat16, w_dtype=torch.bfloat16, has_bias=False)
 
 
-@triton.jit
-def _tma_gemm_kernel(
-    a_desc,
-    b_desc,
-    c_desc,
-    K,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    WS: tl.constexpr,
-    PDL: tl.constexpr,
-):
-    pdl_prologue(PDL)
-    off_n = tl.program_id(0) * BLOCK_N
-    off_m = tl.program_id(1) * BLOCK_M
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k in tl.range(0, K, BLOCK_K, warp_specialize=WS):
-        a = a_desc.load([off_m, k])
-        b = b_desc.load([off_n, k])
-        acc = tl.dot(a, b.T, acc)
-    c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
-
-
-def tma_linear(x: torch.Tensor, w: torch.Tensor, cfg: tuple) -> torch.Tensor:
-    bm, bn, bk, warps, stages, ws = cfg
-    m, k = x.shape
-    n = w.shape[0]
-    out = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    a = TensorDescriptor.from_tensor(x, [bm, bk])
-    b = TensorDescriptor.from_tensor(w, [bn, bk])
-    c = TensorDescriptor.from_tensor(out, [bm, bn])
-    pdl = pdl_enabled(x)
-    grid = (triton.cdiv(n, bn), triton.cdiv(m, bm))
-    _tma_gemm_kernel[grid](
-        a, b, c, k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, WS=ws, PDL=pdl,
-        num_warps=warps, num_stages=stages, launch_pdl=pdl,
-    )  # fmt: skip
+def configs(two_b: bool = False) -> list[tma.TmaConfig]:
+    """two_b: the fused gate_up kernel keeps two weight tiles per stage."""
+    out = []
+    for bm in (64, 128):
+        for bn in (32, 64, 128, 256):
+            for bk in (64, 128):
+                for stages in (3, 4):
+                    if (bm + (2 if two_b else 1) * bn) * bk * 2 * stages > 200 * 1024:
+                        continue
+                    warps = 8 if bm * bn * (2 if two_b else 1) >= 128 * 128 else 4
+                    out.append(tma.TmaConfig(bm, bn, bk, warps, stages))
     return out
 
 
-def configs() -> list[tuple]:
+def engine_gemm(m: int, n: int, k: int):
+    """The engine's plain x @ w.T at m rows (Linear.forward without the GEMV)."""
+    dense = sk.plan_dense(m, n, k, **HALF)
+    if dense is not None:
+        return lambda a, b: sk.dense_linear(a, b, dense)
+    t = tma.plan(m, n, k, **HALF)
+    if t is not None:
+        return lambda a, b: tma.tma_linear(a, b, t)
+    return F.linear
+
+
+def best_config(m, ws, cfgs, run, ref_fn, base, reps, n_out=None):
+    x = torch.randn(m, ws[0].shape[1], device="cuda", dtype=torch.bfloat16)
+    ref = ref_fn(x, ws[0]).float()
+    best: tuple[float, tma.TmaConfig | None] = (float("inf"), None)
+    for cfg in cfgs:
+        try:
+            got = run(x, ws[0], cfg).float()
+        except ValueError:
+            continue  # shape does not fit the tiles
+        err = ((got - ref).abs().max() / ref.abs().max()).item()
+        if err > 2e-2:
+            print(f"  M={m} {cfg}: WRONG (rel err {err:.3g})")
+            continue
+        t = chain_us(m, ws, lambda a, b, c=cfg: run(a, b, c), True, reps, n_out) - base
+        best = min(best, (t, cfg), key=lambda r: r[0])
+    return best
+
+
+def sweep_plain(names, rows, reps) -> list[dict]:
+    cfgs = configs()
+    print(f"{len(cfgs)} TMA configs; PDL {pdl_enabled(torch.empty(1, device='cuda'))}")
     out = []
-    for bm in (64, 128):
-        for bn in (64, 128, 256):
-            for bk in (64, 128):
-                for stages in (3, 4):
-                    if (bm + bn) * bk * 2 * stages > 200 * 1024:
-                        continue
-                    for ws in (False, True):
-                        out.append((bm, bn, bk, 8 if bm * bn >= 128 * 128 else 4, stages, ws))
+    for name in names:
+        n, k = SHAPES[name]
+        torch.manual_seed(0)
+        ws = [(0.02 * torch.randn(n, k, device="cuda")).to(torch.bfloat16) for _ in range(LAYERS)]
+        for m in rows:
+            base = chain_us(m, ws, None, False, reps)
+            cub = chain_us(m, ws, F.linear, True, reps) - base
+            eng = chain_us(m, ws, engine_gemm(m, n, k), True, reps) - base
+            t, cfg = best_config(
+                m, ws, cfgs, tma.tma_linear, lambda a, b: F.linear(a.float(), b.float()), base, reps
+            )
+            print(f"{name:8s} M={m:4d} cuBLAS {cub:6.2f} us  engine {eng:6.2f}  TMA {t:6.2f} "
+                  f"{cfg}  gain vs engine {eng - t:+5.2f}")  # fmt: skip
+            out.append(dict(name=name, m=m, cublas_us=cub, engine_us=eng, tma_us=t,
+                            cfg=None if cfg is None else cfg.__dict__))  # fmt: skip
+    return out
+
+
+def sweep_gate_up_silu(rows, reps) -> list[dict]:
+    n, k = SHAPES["gate_up"]
+    inter = n // 2
+    cfgs = configs(two_b=True)
+    print(f"gate_up + SiLU: {len(cfgs)} fused TMA configs")
+    torch.manual_seed(0)
+    ws = [(0.02 * torch.randn(n, k, device="cuda")).to(torch.bfloat16) for _ in range(LAYERS)]
+    out = []
+    for m in rows:
+        base = chain_us(m, ws, None, False, reps, inter)
+        gemm = engine_gemm(m, n, k)
+        ptr = gus.plan(m, inter, k, **HALF)
+        if ptr is not None:  # the engine already fuses here (pointer-load kernel)
+            two = chain_us(m, ws, lambda a, b, c=ptr: gus.gate_up_silu(a, b, c), True, reps, inter)
+        else:
+            two = chain_us(m, ws, lambda a, b, g=gemm: silu_and_mul(g(a, b)), True, reps, inter)
+        two -= base
+        t, cfg = best_config(m, ws, cfgs, tma.tma_gate_up_silu, gus.gate_up_silu_ref, base, reps,
+                             inter)  # fmt: skip
+        print(f"gate_up+silu M={m:4d} engine {two:6.2f} us  TMA fused {t:6.2f} {cfg}  "
+              f"gain {two - t:+5.2f}")  # fmt: skip
+        out.append(dict(name="gate_up_silu", m=m, engine_us=two, tma_us=t,
+                        cfg=None if cfg is None else cfg.__dict__))  # fmt: skip
     return out
 
 
@@ -98,49 +140,14 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--rows", type=int, nargs="+", default=list(ROWS))
+    ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    ap.add_argument("--gate-up-silu", action="store_true")
     args = ap.parse_args()
-    # Descriptors built in Python need no device scratch; in-kernel ones would.
-    cfgs = configs()
-    print(f"{len(cfgs)} TMA configs; PDL {pdl_enabled(torch.empty(1, device='cuda'))}")
-    broken: set[tuple] = set()
-    rows = []
-    for name, n, k in SHAPES:
-        torch.manual_seed(0)
-        ws = [(0.02 * torch.randn(n, k, device="cuda")).to(torch.bfloat16) for _ in range(LAYERS)]
-        for m in ROWS:
-            base = chain_us(m, ws, None, False, args.reps)
-            cub = chain_us(m, ws, F.linear, True, args.reps) - base
-            dense_cfg = sk.plan_dense(
-                m, n, k, x_dtype=torch.bfloat16, w_dtype=torch.bfloat16, has_bias=False
-            )
-            ours = None
-            if dense_cfg is not None:
-                fn = lambda a, b, c=dense_cfg: sk.dense_linear(a, b, c)  # noqa: E731
-                ours = chain_us(m, ws, fn, True, args.reps) - base
-            best: tuple[float, tuple | None] = (float("inf"), None)
-            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            ref = F.linear(x.float(), ws[0].float())
-            for cfg in cfgs:
-                if cfg in broken:
-                    continue
-                try:
-                    got = tma_linear(x, ws[0], cfg).float()
-                except Exception as e:  # noqa: BLE001 - a config this triton cannot build
-                    print(f"  {cfg}: does not build ({type(e).__name__}: {str(e)[:120]})")
-                    broken.add(cfg)
-                    continue
-                err = ((got - ref).abs().max() / ref.abs().max()).item()
-                if err > 1e-2:
-                    print(f"  {name} M={m} {cfg}: WRONG (rel err {err:.3g})")
-                    continue
-                fn = lambda a, b, c=cfg: tma_linear(a, b, c)  # noqa: E731
-                t = chain_us(m, ws, fn, True, args.reps) - base
-                best = min(best, (t, cfg), key=lambda r: r[0])
-            tile = "" if ours is None else f"  tile GEMM {ours:6.2f}"
-            print(f"{name:8s} M={m:4d} cuBLAS {cub:6.2f} us{tile}  TMA {best[0]:6.2f} us "
-                  f"{best[1]}  gain vs cuBLAS {cub - best[0]:+5.2f}")  # fmt: skip
-            rows.append(dict(name=name, m=m, n=n, k=k, cublas_us=cub, tile_us=ours,
-                             tma_us=best[0], cfg=best[1]))  # fmt: skip
+    if args.gate_up_silu:
+        rows = sweep_gate_up_silu(args.rows, args.reps)
+    else:
+        rows = sweep_plain(args.shapes, args.rows, args.reps)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

@@ -30,6 +30,7 @@ if HAS_TRITON:
     import triton.language as tl
     from triton.tools.tensor_descriptor import TensorDescriptor
 
+    from strixlm.kernels.activation import silu_mul
     from strixlm.kernels.pdl import pdl_prologue
 
 
@@ -50,7 +51,17 @@ _TABLE: dict[tuple[int, int], list[tuple[int, int, TmaConfig]]] = {
     ],
     (6144, 1024): [(65, 128, TmaConfig(128, 64, 128, 4, 4))],  # Qwen3-0.6B gate_up
 }
+# (I, K) of a [gate | up] weight [2I, K] -> [(from rows, to rows, config)] for the gate_up
+# projection with SiLU-and-mul in its epilogue (gate_up_silu); empty until measured.
+_GATE_UP_SILU_TABLE: dict[tuple[int, int], list[tuple[int, int, TmaConfig]]] = {}
 ENABLED = os.environ.get("STRIXLM_TMA_GEMM", "1") != "0"
+
+
+def _lookup(table: dict, key: tuple[int, int], m: int, k: int) -> TmaConfig | None:
+    for lo, hi, cfg in table.get(key, []):
+        if lo <= m <= hi:
+            return cfg if k % cfg.block_k == 0 else None
+    return None
 
 
 def plan(
@@ -59,10 +70,16 @@ def plan(
     """The measured config for an [m, k] @ [n, k].T product, or None (another path)."""
     if not ENABLED or not half_operands(x_dtype, w_dtype, has_bias):
         return None
-    for lo, hi, cfg in _TABLE.get((n, k), []):
-        if lo <= m <= hi:
-            return cfg if k % cfg.block_k == 0 else None
-    return None
+    return _lookup(_TABLE, (n, k), m, k)
+
+
+def plan_gate_up_silu(
+    m: int, inter: int, k: int, *, x_dtype: torch.dtype, w_dtype: torch.dtype, has_bias: bool
+) -> TmaConfig | None:
+    """The measured config for silu_and_mul(x [m, k] @ w [2 * inter, k].T), or None."""
+    if not ENABLED or not half_operands(x_dtype, w_dtype, has_bias):
+        return None
+    return _lookup(_GATE_UP_SILU_TABLE, (inter, k), m, k)
 
 
 def tma_ready(t: torch.Tensor) -> bool:
@@ -101,6 +118,32 @@ if HAS_TRITON:
             acc = tl.dot(a, b.T, acc)
         out_desc.store([off_m, off_n], acc.to(out_desc.dtype))
 
+    @triton.jit
+    def _tma_gate_up_silu_kernel(
+        x_desc,
+        w_desc,
+        out_desc,
+        INTER,
+        K,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+        PDL: tl.constexpr,
+    ):
+        # The gate tile (w rows n) and the matching up tile (rows INTER + n); both products
+        # rounded as the GEMM's store would round them, then the activation's roundings.
+        pdl_prologue(PDL)
+        off_n = tl.program_id(0) * BLOCK_N
+        off_m = tl.program_id(1) * BLOCK_M
+        acc_g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for k in range(0, K, BLOCK_K):
+            a = x_desc.load([off_m, k])
+            acc_g = tl.dot(a, w_desc.load([off_n, k]).T, acc_g)
+            acc_u = tl.dot(a, w_desc.load([INTER + off_n, k]).T, acc_u)
+        ty = out_desc.dtype
+        out_desc.store([off_m, off_n], silu_mul(acc_g.to(ty), acc_u.to(ty)))
+
 
 def tma_linear(x: torch.Tensor, w: torch.Tensor, cfg: TmaConfig) -> torch.Tensor:
     """x [M, K] @ w [N, K].T in x's dtype (fp32 accumulation, one rounding at the store).
@@ -120,5 +163,31 @@ def tma_linear(x: torch.Tensor, w: torch.Tensor, cfg: TmaConfig) -> torch.Tensor
     _tma_linear_kernel[grid](
         xd, wd, od, k, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, PDL=pdl,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
+    )  # fmt: skip
+    return out
+
+
+def tma_gate_up_silu(x: torch.Tensor, w: torch.Tensor, cfg: TmaConfig) -> torch.Tensor:
+    """silu_and_mul(x @ w.T) for x [M, K] and w = [W_gate; W_up] [2I, K] in one launch (the
+    numbers of tma_linear followed by silu_and_mul). I must be a multiple of cfg.block_n (a
+    tile must not reach into the up rows) and K of cfg.block_k; x and w must be tma_ready."""
+    m, k = x.shape
+    two_i = w.shape[0]
+    inter = two_i // 2
+    if w.shape[1] != k or two_i % 2 or inter % cfg.block_n or k % cfg.block_k:
+        raise ValueError(f"x {tuple(x.shape)} / w {tuple(w.shape)} do not fit TMA tiles {cfg}")
+    if not (tma_ready(x) and tma_ready(w)):
+        raise ValueError("x and w need 16-byte aligned, row-contiguous storage for TMA")
+    out = torch.empty((m, inter), dtype=x.dtype, device=x.device)
+    if m == 0:
+        return out
+    xd = TensorDescriptor.from_tensor(x, [cfg.block_m, cfg.block_k])
+    wd = TensorDescriptor.from_tensor(w, [cfg.block_n, cfg.block_k])
+    od = TensorDescriptor.from_tensor(out, [cfg.block_m, cfg.block_n])
+    pdl = pdl_enabled(x)
+    grid = (inter // cfg.block_n, triton.cdiv(m, cfg.block_m))
+    _tma_gate_up_silu_kernel[grid](
+        xd, wd, od, inter, k, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+        PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
     )  # fmt: skip
     return out
