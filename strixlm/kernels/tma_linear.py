@@ -4,10 +4,18 @@ cuBLAS once the kernel boundary before it counts.
 At 129-256 rows cuBLAS still ran qkv: its nvjet kernels cannot start while their producer
 drains (they ignore programmatic edges, probe_cublas_pdl.py), and our pointer-load tile GEMM
 (splitk_linear.dense_linear) was slower there. Loading x and w tiles with TMA into Triton's
-multi-stage pipeline closes that: H200, sweep_tma_gemm.py (28 x [PDL producer -> GEMM] per
-CUDA graph, 2026-12-01), qkv [M, 1024] @ [4096, 1024].T: cuBLAS 6.86 -> 6.41 us at M 192,
-7.24 -> 6.02 us at M 256; gate_up (6144 columns) at M 128: 7.04 -> 6.51 us. It lost on
-gate_up above 128 rows and on down; o_proj keeps the pointer-load kernel, which was faster.
+multi-stage pipeline wins at some row counts. H200, sweep_tma_gemm.py (28 x [PDL producer ->
+GEMM] per CUDA graph, two calls, 2026-12-01), per layer:
+- qkv [M, 1024] @ [4096, 1024].T: cuBLAS -> TMA 6.67-6.86 -> 6.36-6.41 us at M 192, 7.09 ->
+  6.36 at 240, 7.24-7.33 -> 6.02-6.19 at 256; cuBLAS was faster at 136-160 and 208-224 (by
+  0.2-1.0 us) and they were even at 176.
+- gate_up (6144 columns) at M 96-128: 7.03-7.29 -> 6.50-6.81 us; cuBLAS won at 72 (6.38 vs
+  7.55) and above 128.
+- gate_up with SiLU-and-mul in the epilogue (tma_gate_up_silu) against gate_up then the
+  activation kernel: 8.19 -> 7.49 us at M 96, 7.87 -> 7.28 at 128; it lost at 72 to cuBLAS +
+  the activation, and at 136-192 and 256.
+It lost on down; o_proj keeps the pointer-load kernel, which was faster. The tables below
+keep only those wins; the decode graphs run multiples of 8 rows.
 
 Descriptors are built on the host per call (inside a CUDA graph, once at capture): x and w
 need 16-byte aligned bases and row strides, which plan_for checks. Rows past M read as zeros
@@ -46,14 +54,18 @@ class TmaConfig:
 # (N, K) -> [(from rows, to rows, config)]: the sweep's winners on the H200 (see above).
 _TABLE: dict[tuple[int, int], list[tuple[int, int, TmaConfig]]] = {
     (4096, 1024): [  # Qwen3-0.6B qkv
-        (129, 192, TmaConfig(64, 128, 128, 4, 4)),
-        (193, 256, TmaConfig(128, 64, 128, 4, 4)),
+        (185, 192, TmaConfig(64, 128, 128, 4, 4)),
+        (233, 256, TmaConfig(128, 64, 128, 4, 4)),
     ],
-    (6144, 1024): [(65, 128, TmaConfig(128, 64, 128, 4, 4))],  # Qwen3-0.6B gate_up
+    # Qwen3-0.6B gate_up; the Llama MLP takes tma_gate_up_silu at these rows first, so this
+    # serves its STRIXLM_FUSE_GATE_UP_SILU=0 runs and other [gate | up] callers.
+    (6144, 1024): [(89, 128, TmaConfig(128, 64, 128, 4, 4))],
 }
 # (I, K) of a [gate | up] weight [2I, K] -> [(from rows, to rows, config)] for the gate_up
-# projection with SiLU-and-mul in its epilogue (gate_up_silu); empty until measured.
-_GATE_UP_SILU_TABLE: dict[tuple[int, int], list[tuple[int, int, TmaConfig]]] = {}
+# projection with SiLU-and-mul in its epilogue (tma_gate_up_silu).
+_GATE_UP_SILU_TABLE: dict[tuple[int, int], list[tuple[int, int, TmaConfig]]] = {
+    (3072, 1024): [(89, 128, TmaConfig(64, 64, 128, 4, 4))],  # Qwen3-0.6B
+}
 ENABLED = os.environ.get("STRIXLM_TMA_GEMM", "1") != "0"
 
 
