@@ -66,6 +66,17 @@ _TABLE: dict[tuple[int, int], list[tuple[int, int, TmaConfig]]] = {
 _GATE_UP_SILU_TABLE: dict[tuple[int, int], list[tuple[int, int, TmaConfig]]] = {
     (3072, 1024): [(89, 128, TmaConfig(64, 64, 128, 4, 4))],  # Qwen3-0.6B
 }
+# The first, coarser tables (qkv at every row count from 129, gate_up from 65, no fused
+# SiLU), kept for one A/B against the tables above: STRIXLM_TMA_TABLE=wide (read at import).
+if os.environ.get("STRIXLM_TMA_TABLE") == "wide":
+    _TABLE = {
+        (4096, 1024): [
+            (129, 192, TmaConfig(64, 128, 128, 4, 4)),
+            (193, 256, TmaConfig(128, 64, 128, 4, 4)),
+        ],
+        (6144, 1024): [(65, 128, TmaConfig(128, 64, 128, 4, 4))],
+    }
+    _GATE_UP_SILU_TABLE = {}
 ENABLED = os.environ.get("STRIXLM_TMA_GEMM", "1") != "0"
 
 
