@@ -43,20 +43,6 @@ def test_tma_linear_matches_reference(m):
     torch.testing.assert_close(got, tma.tma_linear_ref(x, w), rtol=2e-3, atol=2e-3)
 
 
-@pytest.mark.parametrize("m", [5, 37])
-def test_tma_gate_up_silu_matches_gate_up_then_silu(m):
-    from strixlm.kernels.gate_up_silu import gate_up_silu_ref
-
-    x = torch.randn(m, 64, generator=_gen(m)).to(torch.float16)
-    w = torch.randn(128, 64, generator=_gen(200 + m)).to(torch.float16)
-    got = tma.tma_gate_up_silu(x, w, SMALL)
-    assert got.shape == (m, 64)
-    ref = gate_up_silu_ref(x, w)
-    torch.testing.assert_close(got, ref, rtol=4e-3, atol=4e-3)
-    with pytest.raises(ValueError, match="TMA tiles"):
-        tma.tma_gate_up_silu(x, w[:96], SMALL)  # I = 48: a tile would reach into the up rows
-
-
 def test_tma_linear_rejects_what_tma_cannot_describe():
     w = torch.randn(96, 64).to(torch.float16)
     with pytest.raises(ValueError, match="TMA tiles"):
@@ -73,34 +59,14 @@ def test_tma_linear_rejects_what_tma_cannot_describe():
 def test_plan_follows_the_table():
     kw = dict(x_dtype=torch.bfloat16, w_dtype=torch.bfloat16, has_bias=False)
     assert tma.plan(128, 4096, 1024, **kw) is None  # qkv: the pointer-load GEMM's rows
-    assert tma.plan(160, 4096, 1024, **kw) is None  # cuBLAS won here
-    assert tma.plan(192, 4096, 1024, **kw).block_m == 64
-    assert tma.plan(224, 4096, 1024, **kw) is None
-    assert tma.plan(256, 4096, 1024, **kw).block_m == 128
+    assert tma.plan(129, 4096, 1024, **kw).block_m == 64
+    assert tma.plan(193, 4096, 1024, **kw).block_m == 128
     assert tma.plan(257, 4096, 1024, **kw) is None  # past the measured rows: cuBLAS
-    assert tma.plan(88, 6144, 1024, **kw) is None and tma.plan(96, 6144, 1024, **kw)
+    assert tma.plan(64, 6144, 1024, **kw) is None and tma.plan(65, 6144, 1024, **kw)
+    assert tma.plan(129, 6144, 1024, **kw) is None
     assert tma.plan(200, 1024, 2048, **kw) is None  # o_proj / down: not a win
-    assert tma.plan(192, 4096, 1024, **{**kw, "has_bias": True}) is None
-    assert tma.plan(192, 4096, 1024, **{**kw, "x_dtype": torch.float32}) is None
-    assert tma.plan_gate_up_silu(96, 3072, 1024, **kw).block_n == 64
-    assert tma.plan_gate_up_silu(136, 3072, 1024, **kw) is None
-
-
-def test_gate_up_silu_dispatch_after_the_pointer_kernel(monkeypatch):
-    from strixlm.kernels import gate_up_silu as gus
-
-    monkeypatch.setattr(linear, "use_triton", lambda t: True)
-    monkeypatch.setattr(linear, "tma", tma)
-    monkeypatch.setattr(linear, "gate_up_kernel", gus)
-    monkeypatch.setattr(gus, "_CONFIGS", {})
-    monkeypatch.setattr(tma, "_GATE_UP_SILU_TABLE", {(64, 64): [(9, 40, SMALL)]})
-    lin = linear.Linear(64, 128, bias=False).to(torch.float16)
-    x = torch.randn(20, 64, generator=_gen(5)).to(torch.float16)
-    got = lin.forward_gate_up_silu(x)
-    torch.testing.assert_close(got, gus.gate_up_silu_ref(x, lin.weight), rtol=4e-3, atol=4e-3)
-    assert lin.forward_gate_up_silu(torch.randn(41, 64).to(torch.float16)) is None
-    monkeypatch.setattr(tma, "ENABLED", False)
-    assert lin.forward_gate_up_silu(x) is None
+    assert tma.plan(200, 4096, 1024, **{**kw, "has_bias": True}) is None
+    assert tma.plan(200, 4096, 1024, **{**kw, "x_dtype": torch.float32}) is None
 
 
 def test_forward_takes_the_tma_kernel_at_measured_shapes(monkeypatch):
@@ -129,26 +95,21 @@ def test_forward_takes_the_tma_kernel_at_measured_shapes(monkeypatch):
 AOT = r"""
 from strixlm.kernels import tma_linear as t
 target = GPUTarget("cuda", 90, 32)
-plain = {c for rows in t._TABLE.values() for _, _, c in rows}
-fused = {c for rows in t._GATE_UP_SILU_TABLE.values() for _, _, c in rows}
 for dt in ("bf16", "fp16"):
-    for kernel, cfgs, extra in ((t._tma_linear_kernel, plain, dict(K="i32")),
-                                (t._tma_gate_up_silu_kernel, fused, dict(INTER="i32", K="i32"))):
-        for cfg in cfgs:
-            bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
-            sig = dict(x_desc=f"tensordesc<{dt}[{bm},{bk}]>",
-                       w_desc=f"tensordesc<{dt}[{bn},{bk}]>",
-                       out_desc=f"tensordesc<{dt}[{bm},{bn}]>", **extra)
-            c = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PDL=True)
-            src = ASTSource(kernel, {**sig, **{k: "constexpr" for k in c}}, c)
-            k = triton.compile(src, target=target,
-                               options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
-            assert "cp.async.bulk.tensor" in k.asm["ptx"] and "wgmma" in k.asm["ptx"]
-            assert k.metadata.shared <= 227 * 1024, (cfg, k.metadata.shared)
+    for cfg in {c for rows in t._TABLE.values() for _, _, c in rows}:
+        bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+        sig = dict(x_desc=f"tensordesc<{dt}[{bm},{bk}]>", w_desc=f"tensordesc<{dt}[{bn},{bk}]>",
+                   out_desc=f"tensordesc<{dt}[{bm},{bn}]>", K="i32")
+        c = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PDL=True)
+        src = ASTSource(t._tma_linear_kernel, {**sig, **{k: "constexpr" for k in c}}, c)
+        k = triton.compile(src, target=target,
+                           options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
+        assert "cp.async.bulk.tensor" in k.asm["ptx"] and "wgmma" in k.asm["ptx"]
+        assert k.metadata.shared <= 227 * 1024, (cfg, k.metadata.shared)
 print("compiled")
 """
 
 
 def test_kernels_compile_for_sm90_with_tma_and_wgmma():
-    """Both kernels at their tables' configs, bf16 and fp16, within the H200's shared memory."""
+    """The table's configs, bf16 and fp16, within the H200's shared memory."""
     assert_compiles(AOT)

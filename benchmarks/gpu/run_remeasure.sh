@@ -77,10 +77,8 @@
 #           decode GEMMs of 128-256 rows (sweep_tma_gemm.py)
 #   tmaab   greedy tokens / logprobs of the decode paths (check_decode_paths.py), then the
 #           workload with the TMA GEMM on / off (STRIXLM_TMA_GEMM), alternating, after a warm-up
-#   tmasweep  the TMA GEMM's tables at finer row counts: qkv 136-256, gate_up 72-160, and the
-#           fused TMA gate_up + SiLU 72-256 against the engine's two launches
-#   tmatable  the workload with the refined TMA tables / the first, wider ones
-#           (STRIXLM_TMA_TABLE=wide), alternating, after a warm-up
+#   tmasweep  the TMA GEMM at finer row counts (qkv 136-256, gate_up 72-160) against cuBLAS
+#           and the engine's dispatch
 #   blocksize the workload with 16 / 64-token KV blocks (--block-size), alternating
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
 SECTIONS=${*:-checks}
@@ -332,10 +330,4 @@ if has tmasweep; then
   run tma_qkv 200 $S --shapes qkv --rows 136 144 160 176 192 208 224 240 256 \
     --json "$OUT/tma_qkv.json"
   run tma_gate_up 150 $S --shapes gate_up --rows 72 96 112 128 136 160 --json "$OUT/tma_gate_up.json"
-  run tma_gate_up_silu 200 $S --gate-up-silu --rows 72 96 128 136 160 192 224 256 \
-    --json "$OUT/tma_gate_up_silu.json"
-fi
-if has tmatable; then
-  run tp_warm 100 $TP --model qwen3-0.6b
-  ab_tp STRIXLM_TMA_TABLE tp_tbl fine1:fine wide1:wide fine2:fine wide2:wide
 fi

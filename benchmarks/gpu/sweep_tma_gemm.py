@@ -5,14 +5,13 @@ Timed as sweep_dense_gemm.py times GEMMs: 28 x [PDL producer -> GEMM] in one CUD
 each with its own weight, minus the producers alone, per layer. Every config is first
 checked against fp32 torch.
 
-  default          x @ w.T per shape and row count: cuBLAS, our pointer-load tile GEMM where
-                   splitk_linear.plan_dense has it, and the best TMA config
-  --gate-up-silu   silu_and_mul(x @ [W_gate | W_up].T): the engine's two launches (its
-                   gate_up dispatch, then the activation kernel) against the best config of
-                   the fused TMA kernel
+Per shape and row count: cuBLAS, the engine's current dispatch (our pointer-load tile GEMM
+where splitk_linear.plan_dense has it, the TMA GEMM where tma_linear.plan does, else
+cuBLAS), and the best TMA config. A fused gate_up + SiLU with a TMA epilogue was also swept
+here (commit 1bf15ed and before) and dropped: see docs/benchmarks.md, session 12.
 
 python benchmarks/gpu/sweep_tma_gemm.py [--json PATH] [--reps N] [--rows M ...]
-    [--shapes qkv gate_up o_proj down] [--gate-up-silu]
+    [--shapes qkv gate_up o_proj down]
 """
 
 from __future__ import annotations
@@ -29,10 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from sweep_dense_gemm import LAYERS, chain_us  # noqa: E402
 
-from strixlm.kernels import gate_up_silu as gus  # noqa: E402
 from strixlm.kernels import splitk_linear as sk  # noqa: E402
 from strixlm.kernels import tma_linear as tma  # noqa: E402
-from strixlm.kernels.activation import silu_and_mul  # noqa: E402
 from strixlm.kernels.pdl import pdl_enabled  # noqa: E402
 
 SHAPES = {
@@ -45,16 +42,15 @@ ROWS = (128, 192, 256)
 HALF = dict(x_dtype=torch.bfloat16, w_dtype=torch.bfloat16, has_bias=False)
 
 
-def configs(two_b: bool = False) -> list[tma.TmaConfig]:
-    """two_b: the fused gate_up kernel keeps two weight tiles per stage."""
+def configs() -> list[tma.TmaConfig]:
     out = []
     for bm in (64, 128):
         for bn in (32, 64, 128, 256):
             for bk in (64, 128):
                 for stages in (3, 4):
-                    if (bm + (2 if two_b else 1) * bn) * bk * 2 * stages > 200 * 1024:
+                    if (bm + bn) * bk * 2 * stages > 200 * 1024:
                         continue
-                    warps = 8 if bm * bn * (2 if two_b else 1) >= 128 * 128 else 4
+                    warps = 8 if bm * bn >= 128 * 128 else 4
                     out.append(tma.TmaConfig(bm, bn, bk, warps, stages))
     return out
 
@@ -110,44 +106,14 @@ def sweep_plain(names, rows, reps) -> list[dict]:
     return out
 
 
-def sweep_gate_up_silu(rows, reps) -> list[dict]:
-    n, k = SHAPES["gate_up"]
-    inter = n // 2
-    cfgs = configs(two_b=True)
-    print(f"gate_up + SiLU: {len(cfgs)} fused TMA configs")
-    torch.manual_seed(0)
-    ws = [(0.02 * torch.randn(n, k, device="cuda")).to(torch.bfloat16) for _ in range(LAYERS)]
-    out = []
-    for m in rows:
-        base = chain_us(m, ws, None, False, reps, inter)
-        gemm = engine_gemm(m, n, k)
-        ptr = gus.plan(m, inter, k, **HALF)
-        if ptr is not None:  # the engine already fuses here (pointer-load kernel)
-            two = chain_us(m, ws, lambda a, b, c=ptr: gus.gate_up_silu(a, b, c), True, reps, inter)
-        else:
-            two = chain_us(m, ws, lambda a, b, g=gemm: silu_and_mul(g(a, b)), True, reps, inter)
-        two -= base
-        t, cfg = best_config(m, ws, cfgs, tma.tma_gate_up_silu, gus.gate_up_silu_ref, base, reps,
-                             inter)  # fmt: skip
-        print(f"gate_up+silu M={m:4d} engine {two:6.2f} us  TMA fused {t:6.2f} {cfg}  "
-              f"gain {two - t:+5.2f}")  # fmt: skip
-        out.append(dict(name="gate_up_silu", m=m, engine_us=two, tma_us=t,
-                        cfg=None if cfg is None else cfg.__dict__))  # fmt: skip
-    return out
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--rows", type=int, nargs="+", default=list(ROWS))
     ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
-    ap.add_argument("--gate-up-silu", action="store_true")
     args = ap.parse_args()
-    if args.gate_up_silu:
-        rows = sweep_gate_up_silu(args.rows, args.reps)
-    else:
-        rows = sweep_plain(args.shapes, args.rows, args.reps)
+    rows = sweep_plain(args.shapes, args.rows, args.reps)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

@@ -67,21 +67,16 @@ class Linear(nn.Linear):
 
     def forward_gate_up_silu(self, x: torch.Tensor) -> torch.Tensor | None:
         """silu_and_mul(self(x)) in one launch for this layer as the MLP's [gate | up]
-        projection, where a fused kernel has a measured config (gate_up_silu.plan, then the
-        TMA one: tma_linear.plan_gate_up_silu); None elsewhere, and the caller takes the
-        two-step path."""
+        projection, where the fused kernel has a measured config (gate_up_silu.plan); None
+        elsewhere, and the caller takes the two-step path."""
         w = self.weight
         if not (_tile_operands(x, w) and w.shape[0] % 2 == 0):
             return None
         m, k = x.shape
-        kw = dict(x_dtype=x.dtype, w_dtype=w.dtype, has_bias=self.bias is not None)
-        cfg = gate_up_kernel.plan(m, w.shape[0] // 2, k, **kw)
-        if cfg is not None:
-            return gate_up_kernel.gate_up_silu(x, w, cfg)
-        if not (tma.tma_ready(x) and tma.tma_ready(w)):
-            return None
-        tcfg = tma.plan_gate_up_silu(m, w.shape[0] // 2, k, **kw)
-        return None if tcfg is None else tma.tma_gate_up_silu(x, w, tcfg)
+        cfg = gate_up_kernel.plan(
+            m, w.shape[0] // 2, k, x_dtype=x.dtype, w_dtype=w.dtype, has_bias=self.bias is not None
+        )
+        return None if cfg is None else gate_up_kernel.gate_up_silu(x, w, cfg)
 
     def forward_relu2(self, x: torch.Tensor) -> torch.Tensor:
         """relu(linear(x))^2 (NemotronH's MLP activation); fused into the GEMV's store for
