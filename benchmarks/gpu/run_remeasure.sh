@@ -79,6 +79,8 @@
 #           workload with the TMA GEMM on / off (STRIXLM_TMA_GEMM), alternating, after a warm-up
 #   tmasweep  the TMA GEMM at finer row counts (qkv 136-256, gate_up 72-160) against cuBLAS
 #           and the engine's dispatch
+#   tmadecode decode attention with TMA K/V tiles (block = tile) against pointer loads and the
+#           engine's kernel at 16- and 64/32-token blocks (bench_tma_decode.py; not yet run)
 #   blocksize the workload with 16 / 64-token KV blocks (--block-size), alternating
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
 SECTIONS=${*:-checks}
@@ -330,4 +332,7 @@ if has tmasweep; then
   run tma_qkv 200 $S --shapes qkv --rows 136 144 160 176 192 208 224 240 256 \
     --json "$OUT/tma_qkv.json"
   run tma_gate_up 150 $S --shapes gate_up --rows 72 96 112 128 136 160 --json "$OUT/tma_gate_up.json"
+fi
+if has tmadecode; then
+  run tma_decode 420 python benchmarks/gpu/bench_tma_decode.py --json "$OUT/tma_decode.json"
 fi
