@@ -90,9 +90,10 @@ def test_throughput_with_hf_peer(tiny_model: str, tmp_path) -> None:
 def test_dummy_padded_generate_subset(tiny_model: str, capsys) -> None:
     argv = (
         "--load-format dummy --device cpu --num-prompts 6 --input-len-range 3 8 "
-        "--output-len-range 2 6 --compare hf --hf-mode generate --hf-subset 4"
+        "--output-len-range 2 6 --compare hf --hf-mode generate --hf-subset 4 --block-size 32"
     )
     result = throughput.run(_args("--model", tiny_model, *argv.split()))
+    assert result["strixlm"]["config"]["block_size"] == 32
     assert result["hf"]["config"]["mode"] == "generate"
     assert result["hf"]["num_requests"] == 4 and result["strixlm"]["num_requests"] == 6
     assert result["hf"]["output_tokens"] == sum(len(t) for t in result["hf"]["sample_token_ids"])
@@ -101,6 +102,14 @@ def test_dummy_padded_generate_subset(tiny_model: str, capsys) -> None:
     assert "first 4 of 6" in printed
     assert "memory floor: " in printed and "% of the floor" in printed
     assert result["memory_floor"]["floor_output_tok_s"] > 0
+
+
+@pytest.mark.parametrize("bad", ["7", "0", "sixteen"])
+def test_bad_block_size_is_a_flag_error(bad: str, capsys) -> None:
+    with pytest.raises(SystemExit) as e:
+        _args("--block-size", bad)
+    assert e.value.code == 2
+    assert "--block-size" in capsys.readouterr().err
 
 
 # A 1-layer model for hand computation: attention 8*8 (q) + 2*8*4 (k, v) + 8*8 (o) = 192,

@@ -68,7 +68,7 @@ def add_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     a("--seed", type=int, default=0)
     a("--max-num-seqs", type=int, default=256)
     a("--max-num-batched-tokens", type=int, default=8192)
-    a("--block-size", type=int, default=16, help="tokens per KV cache block")
+    a("--block-size", type=_block_size, default=16, help="tokens per KV cache block")
     a("--gpu-memory-utilization", type=float, default=0.9)
     a(
         "--kv-cache-dtype",
@@ -85,6 +85,17 @@ def add_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     a("--output-json", default=None, metavar="PATH")
     a("--no-tqdm", action="store_true", help="no progress bar")
     return parser
+
+
+def _block_size(v: str) -> int:
+    """--block-size: a positive power of two, checked before any model is loaded."""
+    try:
+        n = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--block-size expects an integer, got {v!r}") from None
+    if n <= 0 or n & (n - 1):
+        raise argparse.ArgumentTypeError(f"--block-size must be a positive power of two, got {n}")
+    return n
 
 
 def bundled_configs() -> list[str]:
