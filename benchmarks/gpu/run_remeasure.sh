@@ -81,6 +81,9 @@
 #           and the engine's dispatch
 #   tmadecode decode attention with TMA K/V tiles (block = tile) against pointer loads and the
 #           engine's kernel at 16- and 64/32-token blocks (bench_tma_decode.py; not yet run)
+#   normprologue the add + RMSNorm split across the GEMMs around it (producer: residual add and
+#           sums of squares in its epilogue; consumer: normalizing loads) against the engine's
+#           three launches at 136-256 rows (bench_norm_prologue.py; not yet run)
 #   blocksize the workload with 16 / 64-token KV blocks (--block-size), alternating
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
 SECTIONS=${*:-checks}
@@ -335,4 +338,7 @@ if has tmasweep; then
 fi
 if has tmadecode; then
   run tma_decode 420 python benchmarks/gpu/bench_tma_decode.py --json "$OUT/tma_decode.json"
+fi
+if has normprologue; then
+  run norm_prologue 300 python benchmarks/gpu/bench_norm_prologue.py --json "$OUT/norm_prologue.json"
 fi
