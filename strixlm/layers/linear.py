@@ -32,12 +32,10 @@ class Linear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if _skinny(x, self.weight, _HALF) and x.dtype == self.weight.dtype:
             return gemv_kernel.gemv(x, self.weight, self.bias)
-        cfg = dense_config(x, self.weight, self.bias)
-        if cfg is not None:
-            return splitk.dense_linear(x, self.weight, cfg)
-        tcfg = tma_config(x, self.weight, self.bias)
-        if tcfg is not None:
-            return tma.tma_linear(x, self.weight, tcfg)
+        if _tile_operands(x, self.weight):
+            y = _tile_gemm(x, self.weight, self.bias)
+            if y is not None:
+                return y
         return F.linear(x, self.weight, self.bias)
 
     def forward_partials(self, x: torch.Tensor) -> torch.Tensor | SplitKPartials:
@@ -136,26 +134,19 @@ def splitk_config(
     )
 
 
-def dense_config(
-    x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None
-) -> splitk.SplitKConfig | None:
-    """Our Triton GEMM's config where it beat cuBLAS at this shape (splitk.plan_dense), or
-    None for cuBLAS."""
-    if not _tile_operands(x, w):
-        return None
+def _tile_gemm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
+    """x @ w.T in one of our Triton tile GEMMs where it beat cuBLAS at this shape and row
+    count: the pointer-load kernel (splitk.plan_dense), else the TMA one (tma_linear.plan,
+    when both operands suit TMA); None for cuBLAS. The caller has checked _tile_operands."""
     m, k = x.shape
-    return splitk.plan_dense(
-        m, w.shape[0], k, x_dtype=x.dtype, w_dtype=w.dtype, has_bias=bias is not None
-    )
-
-
-def tma_config(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> tma.TmaConfig | None:
-    """The TMA tile GEMM's config where it beat cuBLAS at this shape and row count
-    (tma_linear.plan) and both operands suit TMA, or None."""
-    if not (_tile_operands(x, w) and tma.tma_ready(x) and tma.tma_ready(w)):
+    kw = dict(x_dtype=x.dtype, w_dtype=w.dtype, has_bias=bias is not None)
+    cfg = splitk.plan_dense(m, w.shape[0], k, **kw)
+    if cfg is not None:
+        return splitk.dense_linear(x, w, cfg)
+    tcfg = tma.plan(m, w.shape[0], k, **kw)
+    if tcfg is None or not (tma.tma_ready(x) and tma.tma_ready(w)):
         return None
-    m, k = x.shape
-    return tma.plan(m, w.shape[0], k, x_dtype=x.dtype, w_dtype=w.dtype, has_bias=bias is not None)
+    return tma.tma_linear(x, w, tcfg)
 
 
 def fp32_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
