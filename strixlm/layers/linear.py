@@ -27,7 +27,8 @@ _FUSE_SILU = os.environ.get("STRIXLM_FUSE_SILU_DOWN", "1") != "0"
 class Linear(nn.Linear):
     """nn.Linear; on CUDA with half-precision weights and at most gemv.MAX_ROWS rows (one by
     default), the product runs in the GEMV kernel, which reads the weight at close to full
-    bandwidth; above that, measured shapes go to the tile GEMM (splitk_linear.plan_dense)."""
+    bandwidth; above that, measured shapes go to our tile GEMMs (splitk_linear.plan_dense,
+    tma_linear.plan)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if _skinny(x, self.weight, _HALF) and x.dtype == self.weight.dtype:
