@@ -171,8 +171,9 @@ def make_case(ctxs: list[int], bs: int, seed: int = 0):
 
 def engine_call(q, cache, seq_lens, bt, order, scale):
     qsl = torch.arange(q.shape[0] + 1, dtype=torch.int32, device="cuda")
+    max_seq_len = int(seq_lens.max())  # read once here: a host read inside a capture fails
     return lambda: pa.paged_attention(
-        q, cache, qsl, seq_lens, bt, scale, max_query_len=1, max_seq_len=int(seq_lens.max()),
+        q, cache, qsl, seq_lens, bt, scale, max_query_len=1, max_seq_len=max_seq_len,
         seq_order=order,
     )  # fmt: skip
 
