@@ -85,6 +85,9 @@
 #           sums of squares in its epilogue; consumer: normalizing loads) against the engine's
 #           three launches at 136-256 rows (bench_norm_prologue.py; not yet run)
 #   blocksize the workload with 16 / 64-token KV blocks (--block-size), alternating
+#   block32 the workload with 16 / 32-token KV blocks, alternating, three pairs
+#   lmhead  the greedy tail (LM head + greedy sampling graph) against the LM head with an
+#           argmax epilogue (bench_lm_head_argmax.py): config sweep and token check per M
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
 SECTIONS=${*:-checks}
 source benchmarks/gpu/lib.sh
@@ -321,6 +324,17 @@ if has blocksize; then
       --output-json "$OUT/tp_bs_${v%%:*}.json"
   done
   grep "strixlm  " "$OUT"/tp_bs_*.log
+fi
+if has block32; then
+  run tp_warm 100 $TP --model qwen3-0.6b
+  for v in b16_1:16 b32_1:32 b16_2:16 b32_2:32 b16_3:16 b32_3:32; do
+    run "tp_bs_${v%%:*}" 100 $TP --model qwen3-0.6b --block-size "${v#*:}" \
+      --output-json "$OUT/tp_bs_${v%%:*}.json"
+  done
+  grep "strixlm  " "$OUT"/tp_bs_*.log
+fi
+if has lmhead; then
+  run lm_head 300 python benchmarks/gpu/bench_lm_head_argmax.py --json "$OUT/lm_head.json"
 fi
 if has tmagemm; then
   run sweep_tma 420 python benchmarks/gpu/sweep_tma_gemm.py --json "$OUT/sweep_tma_gemm.json"

@@ -1,0 +1,138 @@
+"""Greedy decode tail: the LM head + the sampler's greedy graph against the fused LM head
+with an argmax epilogue (strixlm/kernels/lm_head_argmax.py), Qwen3-0.6B shapes.
+
+Per row count M, each captured in a CUDA graph behind the final RMSNorm (the producer the
+engine has there), 10 launches per graph:
+  unfused   RMSNorm -> cuBLAS logits (bf16) -> SamplingTable.gather -> TritonSampler
+            (all greedy) -> append_tokens: what a greedy decode step runs today
+  lmhead    RMSNorm -> cuBLAS logits alone (the share the LM head has)
+  fused     RMSNorm -> fused kernel (each config of a small sweep) -> finalize -> append
+Tokens of every fused config are compared with torch.argmax over cuBLAS's bf16 logits;
+a difference is reported with the two logits' gap (rounding of a different sum order).
+
+python benchmarks/gpu/bench_lm_head_argmax.py [--rows 1 8 ... 256] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+from graph_timing import graph_time_us  # noqa: E402
+
+from strixlm.kernels import lm_head_argmax as lha  # noqa: E402
+from strixlm.kernels.append_tokens import append_tokens  # noqa: E402
+from strixlm.kernels.rmsnorm import rmsnorm  # noqa: E402
+from strixlm.sample.triton_sampler import TritonSampler  # noqa: E402
+from strixlm.worker.sampling_table import SamplingTable  # noqa: E402
+
+V, H = 151936, 1024
+LAUNCHES = 10
+ROWS = [1, 16, 32, 64, 128, 192, 256]
+
+
+def configs(m: int) -> list[lha.LmHeadConfig]:
+    """Row tiles from 16 up to the next power of two of M (at most 128), 128- or 256-wide
+    vocabulary tiles; 8 warps for the large tiles."""
+    out = []
+    bms = sorted({16, 32, 64, 128} & set(range(16, max(16, triton_pow2(m)) + 1)))
+    for bm, bn, bk, st in itertools.product(bms, (128, 256), (64, 128), (3, 4)):
+        if bm * bn > 128 * 128 or (bn == 256 and bk == 128 and st == 4):
+            continue  # too many registers / too much shared memory
+        out.append(lha.LmHeadConfig(bm, bn, bk, 8 if bm * bn >= 64 * 256 else 4, st))
+    return out
+
+
+def triton_pow2(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, nargs="+", default=ROWS)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    dev = "cuda"
+    g = torch.Generator(device=dev).manual_seed(0)
+    w = (torch.randn(V, H, device=dev, generator=g) * 0.02).to(torch.bfloat16)
+    norm_w = torch.ones(H, device=dev, dtype=torch.bfloat16)
+    max_rows = max(args.rows)
+    table = SamplingTable(max_rows + 1, V, dev)  # zero temperature: every row greedy
+    token_ids = torch.zeros(max_rows + 1, 4096, dtype=torch.int32, device=dev)
+    sampler = TritonSampler()
+    results = []
+    for m in args.rows:
+        x = torch.randn(m, H, device=dev, generator=g).to(torch.bfloat16)
+        hidden = torch.empty_like(x)
+        rows = torch.arange(m, dtype=torch.int32, device=dev)
+        num_tokens = torch.zeros(max_rows + 1, dtype=torch.int32, device=dev)
+
+        def unfused():
+            logits = torch.matmul(rmsnorm(x, norm_w, 1e-6, out=hidden), w.t())
+            md = table.gather(rows, num_tokens, all_greedy=True)
+            tok = sampler(logits, md).sampled_token_ids
+            append_tokens(token_ids, num_tokens, rows, tok, skip_row=max_rows)
+            return tok
+
+        def lmhead():
+            return torch.matmul(rmsnorm(x, norm_w, 1e-6, out=hidden), w.t())
+
+        def fused(cfg):
+            tok = lha.lm_head_argmax(rmsnorm(x, norm_w, 1e-6, out=hidden), w, cfg)
+            append_tokens(token_ids, num_tokens, rows, tok, skip_row=max_rows)
+            return tok
+
+        def per_launch(fn):
+            return graph_time_us(lambda: [fn() for _ in range(LAUNCHES)], 10) / LAUNCHES
+
+        ref_logits = lmhead().float()
+        ref = ref_logits.argmax(-1)
+        t_unfused = per_launch(unfused)
+        t_lmhead = per_launch(lmhead)
+        best = (float("inf"), None)
+        for cfg in configs(m):
+            try:
+                got = fused(cfg)
+            except Exception as e:  # noqa: BLE001 - a config that cannot build (shared memory)
+                print(f"  M={m} {cfg}: {type(e).__name__} {str(e)[:80]}")
+                continue
+            bad = (got != ref).nonzero().flatten().tolist()
+            if bad:
+                gaps = [
+                    float(ref_logits[i, ref[i]] - ref_logits[i, got[i]]) for i in bad[:4]
+                ]
+                print(f"  M={m} {cfg}: {len(bad)} rows differ, logit gaps {gaps}")
+                if max(gaps) > 0.05:
+                    continue  # more than rounding: wrong
+            t = per_launch(lambda cfg=cfg: fused(cfg))
+            if t < best[0]:
+                best = (t, cfg)
+        dflt = lha.config_for_rows(m)
+        t_default = per_launch(lambda: fused(dflt))
+        gb = V * H * 2 / 1e9
+        print(
+            f"M={m:4d} unfused {t_unfused:6.1f} us (LM head alone {t_lmhead:6.1f}, "
+            f"{gb / t_lmhead * 1e3:.2f} TB/s)  fused default {t_default:6.1f}  "
+            f"best {best[0]:6.1f} {best[1]}  gain {t_unfused - best[0]:+.1f} us"
+        )
+        results.append(
+            dict(rows=m, unfused_us=t_unfused, lm_head_us=t_lmhead, fused_default_us=t_default,
+                 fused_best_us=best[0], best=str(best[1]))  # fmt: skip
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

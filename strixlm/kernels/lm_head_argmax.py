@@ -1,0 +1,149 @@
+"""Greedy tokens straight from the final hidden states: the LM head GEMM with an argmax
+epilogue, so the [rows, vocab] logits are never written or read back.
+
+A greedy decode step otherwise runs the LM head (cuBLAS, writing bf16 logits: 78 MB at 256
+rows of a 151,936-token vocabulary), then the sampler's argmax pass over them and its
+finalize. Here each program computes one [BLOCK_M, BLOCK_N] tile of logits in fp32, rounds
+it to the model dtype (the values the unfused path compares), and stores only each row's
+maximum and the lowest column reaching it; the sampler's finalize kernel then picks, per
+row, the first tile holding the row's maximum. So the token is the lowest index among the
+maximal rounded logits, as torch.argmax over the unfused logits gives (up to the rounding
+of sums taken in another order).
+
+Programs of one vocabulary tile are adjacent in the grid (rows fastest), so the weight tile
+is read from HBM once and from L2 by the other row tiles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from strixlm.kernels.dispatch import HAS_TRITON
+from strixlm.kernels.pdl import pdl_enabled
+
+if HAS_TRITON:
+    import triton
+    import triton.language as tl
+
+    from strixlm.kernels.pdl import pdl_prologue
+    from strixlm.kernels.sampler import argmax_finalize_kernel
+
+
+@dataclass(frozen=True)
+class LmHeadConfig:
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+
+
+# Up to this many rows -> config (H200 sweep, benchmarks/gpu/bench_lm_head_argmax.py).
+_TABLE: list[tuple[int, LmHeadConfig]] = [
+    (16, LmHeadConfig(16, 128, 128, 4, 4)),
+    (64, LmHeadConfig(64, 128, 64, 4, 4)),
+    (512, LmHeadConfig(64, 128, 64, 4, 4)),
+]
+
+
+def config_for_rows(m: int) -> LmHeadConfig:
+    for up_to, cfg in _TABLE:
+        if m <= up_to:
+            return cfg
+    return _TABLE[-1][1]
+
+
+def supported(hidden: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Half-precision operands of matching dtype with unit inner strides."""
+    return (
+        hidden.dtype in (torch.float16, torch.bfloat16)
+        and weight.dtype == hidden.dtype
+        and hidden.dim() == 2
+        and weight.dim() == 2
+        and hidden.shape[1] == weight.shape[1]
+        and hidden.stride(1) == 1
+        and weight.stride(1) == 1
+    )
+
+
+def lm_head_argmax_ref(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """[M] int64: argmax of the logits rounded to hidden's dtype (lowest index on ties)."""
+    logits = (hidden.float() @ weight.float().t()).to(hidden.dtype)
+    return logits.float().argmax(dim=-1)
+
+
+if HAS_TRITON:
+
+    @triton.jit(do_not_specialize=["M"])
+    def _lm_head_argmax_kernel(
+        h_ptr,
+        w_ptr,
+        val_ptr,
+        idx_ptr,
+        M,
+        V,
+        K: tl.constexpr,
+        stride_h,
+        stride_w,
+        S,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+        PDL: tl.constexpr,
+    ):
+        pid_m = tl.program_id(0)
+        pid_n = tl.program_id(1)
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        offs_k = tl.arange(0, BLOCK_K)
+        ok_m = offs_m < M
+        ok_n = offs_n < V
+        h_rows = h_ptr + offs_m.to(tl.int64)[:, None] * stride_h
+        w_rows = w_ptr + offs_n.to(tl.int64)[:, None] * stride_w
+        pdl_prologue(PDL)
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for k in range(0, K, BLOCK_K):
+            kk = k + offs_k
+            a = tl.load(h_rows + kk[None, :], mask=ok_m[:, None] & (kk < K)[None, :], other=0.0)
+            b = tl.load(w_rows + kk[None, :], mask=ok_n[:, None] & (kk < K)[None, :], other=0.0)
+            acc = tl.dot(a, b.T, acc)
+        # The values the unfused path's argmax compares: logits rounded to the model dtype.
+        logits = acc.to(h_ptr.dtype.element_ty).to(tl.float32)
+        logits = tl.where(ok_n[None, :], logits, float("-inf"))
+        mx = tl.max(logits, axis=1)
+        first = tl.min(tl.where(logits == mx[:, None], offs_n[None, :], 2147483647), axis=1)
+        first = tl.where(first == 2147483647, pid_n * BLOCK_N, first)  # an all-NaN row
+        out = offs_m.to(tl.int64) * S + pid_n
+        tl.store(val_ptr + out, mx, mask=ok_m)
+        tl.store(idx_ptr + out, first, mask=ok_m)
+
+
+def lm_head_argmax(
+    hidden: torch.Tensor, weight: torch.Tensor, cfg: LmHeadConfig | None = None
+) -> torch.Tensor:
+    """Greedy tokens [M] int64 of hidden [M, K] under the LM head weight [V, K]."""
+    if not supported(hidden, weight):
+        raise ValueError(
+            f"lm_head_argmax needs half-precision hidden {tuple(hidden.shape)} / weight "
+            f"{tuple(weight.shape)} of one dtype with contiguous rows"
+        )
+    m, k = hidden.shape
+    v = weight.shape[0]
+    tokens = torch.empty(m, dtype=torch.int64, device=hidden.device)
+    if m == 0:
+        return tokens
+    cfg = cfg or config_for_rows(m)
+    s = triton.cdiv(v, cfg.block_n)
+    val = torch.empty((m, s), dtype=torch.float32, device=hidden.device)
+    idx = torch.empty((m, s), dtype=torch.int32, device=hidden.device)
+    pdl = pdl_enabled(hidden)
+    grid = (triton.cdiv(m, cfg.block_m), s)
+    _lm_head_argmax_kernel[grid](
+        hidden, weight, val, idx, m, v, k, hidden.stride(0), weight.stride(0), s,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, PDL=pdl,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
+    )  # fmt: skip
+    argmax_finalize_kernel[(m,)](val, idx, tokens, s, SP=triton.next_power_of_2(s))
+    return tokens

@@ -1,0 +1,91 @@
+"""The LM head with an argmax epilogue (strixlm/kernels/lm_head_argmax.py): greedy tokens
+against torch.argmax over the rounded logits under the Triton interpreter, ties, bad input,
+and an sm90 compile of the measured configs.
+
+fp16 only in the interpreter (it is not a reference for bf16 dots); bf16 gets the compile.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Must be set before triton is imported: @triton.jit picks the interpreter at decoration.
+os.environ["TRITON_INTERPRET"] = "1"
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from aot_compile import assert_compiles  # noqa: E402
+from interpreted_triton import reimport_interpreted  # noqa: E402
+
+reimport_interpreted("strixlm.kernels.lm_head_argmax")
+
+import strixlm.kernels.lm_head_argmax as lha  # noqa: E402
+
+SMALL = lha.LmHeadConfig(16, 64, 32, 4, 2)
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.mark.parametrize("m,k", [(1, 64), (5, 80), (37, 64)])
+def test_tokens_match_argmax_of_rounded_logits(m, k):
+    # 300 columns: the last vocabulary tile is partly past the end; k = 80 leaves a partial
+    # K step of the 32-wide loop.
+    h = torch.randn(m, k, generator=_gen(m)).to(torch.float16)
+    w = torch.randn(300, k, generator=_gen(100 + m)).to(torch.float16)
+    got = lha.lm_head_argmax(h, w, SMALL)
+    assert got.dtype == torch.int64 and got.shape == (m,)
+    assert torch.equal(got, lha.lm_head_argmax_ref(h, w))
+
+
+def test_ties_resolve_to_the_lowest_index_within_and_across_tiles():
+    h = torch.randn(3, 64, generator=_gen(1)).to(torch.float16)
+    w = (torch.randn(300, 64, generator=_gen(2)) * 0.01).to(torch.float16)
+    peak = h[0].sign() * 0.5  # one direction every row scores high on
+    for col in (250, 70, 75, 299):  # tiles 3, 1, 1, 4 of 64 columns: the same row each
+        w[col] = peak
+    h[1:] = h[0]
+    got = lha.lm_head_argmax(h, w, SMALL)
+    assert got.tolist() == [70, 70, 70]
+    assert torch.equal(got, lha.lm_head_argmax_ref(h, w))
+
+
+def test_rejects_what_it_cannot_run():
+    w = torch.randn(300, 64).to(torch.float16)
+    with pytest.raises(ValueError, match="half-precision"):
+        lha.lm_head_argmax(torch.randn(2, 64), w)  # float32 hidden
+    with pytest.raises(ValueError, match="half-precision"):
+        lha.lm_head_argmax(torch.randn(2, 64).to(torch.bfloat16), w)  # dtypes differ
+    with pytest.raises(ValueError, match="half-precision"):
+        lha.lm_head_argmax(torch.randn(2, 48).to(torch.float16), w[:, :48].t().contiguous().t())
+    assert lha.lm_head_argmax(torch.empty(0, 64, dtype=torch.float16), w).shape == (0,)
+
+
+def test_table_covers_every_row_count():
+    seen = [lha.config_for_rows(m) for m in (1, 16, 17, 64, 65, 256, 512, 4096)]
+    assert all(isinstance(c, lha.LmHeadConfig) for c in seen)
+    assert seen[-1] == lha._TABLE[-1][1]  # past the table: its last config
+
+
+AOT = r"""
+from strixlm.kernels import lm_head_argmax as l
+target = GPUTarget("cuda", 90, 32)
+for dt in ("bf16", "fp16"):
+    for cfg in {c for _, c in l._TABLE}:
+        sig = dict(h_ptr=f"*{dt}", w_ptr=f"*{dt}", val_ptr="*fp32", idx_ptr="*i32", M="i32",
+                   V="i32", stride_h="i32", stride_w="i32", S="i32")
+        c = dict(K=1024, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+                 PDL=True)
+        src = ASTSource(l._lm_head_argmax_kernel, {**sig, **{k: "constexpr" for k in c}}, c)
+        k = triton.compile(src, target=target,
+                           options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
+        assert "wgmma" in k.asm["ptx"] or "mma" in k.asm["ptx"], cfg
+        assert k.metadata.shared <= 227 * 1024, (cfg, k.metadata.shared)
+print("compiled")
+"""
+
+
+def test_kernel_compiles_for_sm90():
+    """The table's configs, bf16 and fp16, within the H200's shared memory."""
+    assert_compiles(AOT)
