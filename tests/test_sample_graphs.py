@@ -93,3 +93,39 @@ def test_other_features_take_the_eager_sampler(engines, extra):
     ref = eager_llm.generate(prompts, params, use_tqdm=False)
     for o, r in zip(ours, ref, strict=True):
         assert o.outputs[0].token_ids == r.outputs[0].token_ids
+
+
+def test_greedy_graph_takes_the_fused_lm_head_argmax(tiny_qwen3_dir, monkeypatch):
+    """In half precision with Triton (here the interpreter, as on CUDA) the greedy variant
+    runs the LM head with an argmax epilogue instead of logits + the argmax pass: same
+    tokens as the engine without graphs, which projects and samples eagerly."""
+    from strixlm.kernels import lm_head_argmax
+    from strixlm.worker import sample_graphs
+
+    def half_llm(graphs: bool) -> LLM:
+        llm = LLM(
+            tiny_qwen3_dir,
+            device="cpu",
+            dtype="float16",
+            max_model_len=128,
+            attention_backend="triton",
+            max_num_seqs=4,
+            enable_prefix_caching=False,
+        )
+        if graphs:
+            llm.engine.core.runner.capture_cuda_graphs(capture=False)
+        return llm
+
+    monkeypatch.setattr(sample_graphs, "use_triton", lambda t: True)
+    calls = []
+    real = lm_head_argmax.lm_head_argmax
+    monkeypatch.setattr(
+        lm_head_argmax, "lm_head_argmax", lambda h, w: calls.append(h.shape[0]) or real(h, w)
+    )
+    prompts = encode(tiny_qwen3_dir)[:3]
+    params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    ours = half_llm(True).generate(prompts, params, use_tqdm=False)
+    assert calls and set(calls) == {4}  # three rows padded to the captured size 4
+    ref = half_llm(False).generate(prompts, params, use_tqdm=False)
+    for o, r in zip(ours, ref, strict=True):
+        assert o.outputs[0].token_ids == r.outputs[0].token_ids

@@ -39,14 +39,17 @@ ROWS = [1, 16, 32, 64, 128, 192, 256]
 
 
 def configs(m: int) -> list[lha.LmHeadConfig]:
-    """Row tiles from 16 up to the next power of two of M (at most 128), 128- or 256-wide
-    vocabulary tiles; 8 warps for the large tiles."""
+    """Row tiles from 16 up to the next power of two of M (at most 256), 128- or 256-wide
+    vocabulary tiles, 4 or 8 warps (8 for tiles of 128 x 256 and up)."""
     out = []
-    bms = sorted({16, 32, 64, 128} & set(range(16, max(16, triton_pow2(m)) + 1)))
-    for bm, bn, bk, st in itertools.product(bms, (128, 256), (64, 128), (3, 4)):
-        if bm * bn > 128 * 128 or (bn == 256 and bk == 128 and st == 4):
+    bms = sorted({16, 32, 64, 128, 256} & set(range(16, max(16, triton_pow2(m)) + 1)))
+    for bm, bn, bk, st, warps in itertools.product(bms, (128, 256), (64, 128), (3, 4), (4, 8)):
+        smem = st * (bm + bn) * bk * 2
+        if bm * bn > 128 * 256 or smem > 220 * 1024:
             continue  # too many registers / too much shared memory
-        out.append(lha.LmHeadConfig(bm, bn, bk, 8 if bm * bn >= 64 * 256 else 4, st))
+        if (bm * bn >= 128 * 256 and warps == 4) or (bm * bn <= 32 * 128 and warps == 8):
+            continue
+        out.append(lha.LmHeadConfig(bm, bn, bk, warps, st))
     return out
 
 
@@ -55,6 +58,64 @@ def triton_pow2(n: int) -> int:
     while p < n:
         p *= 2
     return p
+
+
+def time_rows(m, w, norm_w, table, token_ids, sampler, g, max_rows) -> dict:
+    """The unfused tail, the LM head alone and every fused config at m rows."""
+    dev = w.device
+    x = torch.randn(m, H, device=dev, generator=g).to(torch.bfloat16)
+    hidden = torch.empty_like(x)
+    rows = torch.arange(m, dtype=torch.int32, device=dev)
+    num_tokens = torch.zeros(max_rows + 1, dtype=torch.int32, device=dev)
+
+    def unfused():
+        logits = torch.matmul(rmsnorm(x, norm_w, 1e-6, out=hidden), w.t())
+        md = table.gather(rows, num_tokens, all_greedy=True)
+        tok = sampler(logits, md).sampled_token_ids
+        append_tokens(token_ids, num_tokens, rows, tok, skip_row=max_rows)
+        return tok
+
+    def lmhead():
+        return torch.matmul(rmsnorm(x, norm_w, 1e-6, out=hidden), w.t())
+
+    def fused(cfg):
+        tok = lha.lm_head_argmax(rmsnorm(x, norm_w, 1e-6, out=hidden), w, cfg)
+        append_tokens(token_ids, num_tokens, rows, tok, skip_row=max_rows)
+        return tok
+
+    def per_launch(fn):
+        return graph_time_us(lambda: [fn() for _ in range(LAUNCHES)], 10) / LAUNCHES
+
+    ref_logits = lmhead().float()
+    ref = ref_logits.argmax(-1)
+    t_unfused = per_launch(unfused)
+    t_lmhead = per_launch(lmhead)
+    best = (float("inf"), None)
+    for cfg in configs(m):
+        try:
+            got = fused(cfg)
+        except Exception as e:  # noqa: BLE001 - a config that cannot build (shared memory)
+            print(f"  M={m} {cfg}: {type(e).__name__} {str(e)[:80]}")
+            continue
+        bad = (got != ref).nonzero().flatten().tolist()
+        if bad:
+            gaps = [float(ref_logits[i, ref[i]] - ref_logits[i, got[i]]) for i in bad[:4]]
+            print(f"  M={m} {cfg}: {len(bad)} rows differ, logit gaps {gaps}")
+            if max(gaps) > 0.05:
+                continue  # more than rounding: wrong
+        t = per_launch(lambda cfg=cfg: fused(cfg))
+        if t < best[0]:
+            best = (t, cfg)
+    dflt = lha.config_for_rows(m)
+    t_default = per_launch(lambda: fused(dflt))
+    gb = V * H * 2 / 1e9
+    print(
+        f"M={m:4d} unfused {t_unfused:6.1f} us (LM head alone {t_lmhead:6.1f}, "
+        f"{gb / t_lmhead * 1e3:.2f} TB/s)  fused default {t_default:6.1f}  "
+        f"best {best[0]:6.1f} {best[1]}  gain {t_unfused - best[0]:+.1f} us"
+    )
+    return dict(rows=m, unfused_us=t_unfused, lm_head_us=t_lmhead, fused_default_us=t_default,
+                fused_best_us=best[0], best=str(best[1]))  # fmt: skip
 
 
 def main() -> int:
@@ -72,63 +133,7 @@ def main() -> int:
     sampler = TritonSampler()
     results = []
     for m in args.rows:
-        x = torch.randn(m, H, device=dev, generator=g).to(torch.bfloat16)
-        hidden = torch.empty_like(x)
-        rows = torch.arange(m, dtype=torch.int32, device=dev)
-        num_tokens = torch.zeros(max_rows + 1, dtype=torch.int32, device=dev)
-
-        def unfused():
-            logits = torch.matmul(rmsnorm(x, norm_w, 1e-6, out=hidden), w.t())
-            md = table.gather(rows, num_tokens, all_greedy=True)
-            tok = sampler(logits, md).sampled_token_ids
-            append_tokens(token_ids, num_tokens, rows, tok, skip_row=max_rows)
-            return tok
-
-        def lmhead():
-            return torch.matmul(rmsnorm(x, norm_w, 1e-6, out=hidden), w.t())
-
-        def fused(cfg):
-            tok = lha.lm_head_argmax(rmsnorm(x, norm_w, 1e-6, out=hidden), w, cfg)
-            append_tokens(token_ids, num_tokens, rows, tok, skip_row=max_rows)
-            return tok
-
-        def per_launch(fn):
-            return graph_time_us(lambda: [fn() for _ in range(LAUNCHES)], 10) / LAUNCHES
-
-        ref_logits = lmhead().float()
-        ref = ref_logits.argmax(-1)
-        t_unfused = per_launch(unfused)
-        t_lmhead = per_launch(lmhead)
-        best = (float("inf"), None)
-        for cfg in configs(m):
-            try:
-                got = fused(cfg)
-            except Exception as e:  # noqa: BLE001 - a config that cannot build (shared memory)
-                print(f"  M={m} {cfg}: {type(e).__name__} {str(e)[:80]}")
-                continue
-            bad = (got != ref).nonzero().flatten().tolist()
-            if bad:
-                gaps = [
-                    float(ref_logits[i, ref[i]] - ref_logits[i, got[i]]) for i in bad[:4]
-                ]
-                print(f"  M={m} {cfg}: {len(bad)} rows differ, logit gaps {gaps}")
-                if max(gaps) > 0.05:
-                    continue  # more than rounding: wrong
-            t = per_launch(lambda cfg=cfg: fused(cfg))
-            if t < best[0]:
-                best = (t, cfg)
-        dflt = lha.config_for_rows(m)
-        t_default = per_launch(lambda: fused(dflt))
-        gb = V * H * 2 / 1e9
-        print(
-            f"M={m:4d} unfused {t_unfused:6.1f} us (LM head alone {t_lmhead:6.1f}, "
-            f"{gb / t_lmhead * 1e3:.2f} TB/s)  fused default {t_default:6.1f}  "
-            f"best {best[0]:6.1f} {best[1]}  gain {t_unfused - best[0]:+.1f} us"
-        )
-        results.append(
-            dict(rows=m, unfused_us=t_unfused, lm_head_us=t_lmhead, fused_default_us=t_default,
-                 fused_best_us=best[0], best=str(best[1]))  # fmt: skip
-        )
+        results.append(time_rows(m, w, norm_w, table, token_ids, sampler, g, max_rows))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0

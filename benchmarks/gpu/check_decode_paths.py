@@ -21,7 +21,14 @@ dispatch: cuBLAS and the GEMV to 8 rows):
 A variant passes when every divergence is explained. block64 (64-token KV blocks) must equal
 the defaults token for token: the block size changes only where K/V live.
 
-python benchmarks/gpu/check_decode_paths.py   (JSON to $OUT/check_decode_paths.json if set)
+Requests that ask for logprobs are sampled eagerly; the greedy sampling graph's LM head with
+an argmax epilogue (kernels/lm_head_argmax.py) runs only without them. tokens_fused and
+tokens_unfused (STRIXLM_FUSED_GREEDY=0) ask for none: both are compared with the defaults,
+whose top-2 gap at the first differing position says whether the largest noise above
+explains the divergence.
+
+python benchmarks/gpu/check_decode_paths.py   (JSON to $OUT/check_decode_paths.json if set;
+CHECK_VARIANTS=defaults,tokens_fused runs only those, with the reference)
 """
 
 from __future__ import annotations
@@ -43,7 +50,10 @@ VARIANTS = {  # name -> environment; the first is the reference (session 10's di
     "defaults": {},
     "eager_defaults": dict(STRIXLM_CHECK_EAGER="1"),
     "block64": dict(STRIXLM_CHECK_BLOCK_SIZE="64"),
+    "tokens_fused": dict(STRIXLM_CHECK_NO_LOGPROBS="1"),
+    "tokens_unfused": dict(STRIXLM_CHECK_NO_LOGPROBS="1", STRIXLM_FUSED_GREEDY="0"),
 }
+TOKENS_ONLY = ("tokens_fused", "tokens_unfused")
 
 
 def save_model(folder: str) -> None:
@@ -86,10 +96,18 @@ def run_variant(folder: str, out_path: str) -> None:
         max_num_seqs=256,
         gpu_memory_utilization=0.5,
     )
+    tokens_only = os.environ.get("STRIXLM_CHECK_NO_LOGPROBS") == "1"
     params = [
-        SamplingParams(temperature=0, max_tokens=m, ignore_eos=True, logprobs=2) for m in outs
+        SamplingParams(
+            temperature=0, max_tokens=m, ignore_eos=True, logprobs=None if tokens_only else 2
+        )
+        for m in outs
     ]
     got = llm.generate(prompts, params, use_tqdm=False)
+    if tokens_only:
+        with open(out_path, "w") as f:
+            json.dump([[(t, None, None) for t in o.outputs[0].token_ids] for o in got], f)
+        return
     rows = []
     for o in got:
         c = o.outputs[0]
@@ -103,6 +121,31 @@ def run_variant(folder: str, out_path: str) -> None:
         )
     with open(out_path, "w") as f:
         json.dump(rows, f)
+
+
+def compare_tokens(seqs: list, ref: list, noise: float) -> dict:
+    """A tokens-only run against one with logprobs: the reference's top-2 gap where they
+    part, explained when it is at most noise (measured by compare on the other variants)."""
+    total = sum(len(r) for r in ref)
+    same = exact = 0
+    gaps = []
+    for s, r in zip(seqs, ref, strict=True):
+        same += sum(a[0] == b[0] for a, b in zip(s, r, strict=False))
+        parted = next((i for i, (a, b) in enumerate(zip(s, r, strict=False)) if a[0] != b[0]), None)
+        if parted is None:
+            exact += 1
+        else:
+            gaps.append(r[parted][2])
+    unexplained = [g for g in gaps if g > noise]
+    return {
+        "token_match": same / max(1, total),
+        "exact": exact,
+        "n": len(ref),
+        "noise": noise,
+        "parted_gaps": sorted(gaps),
+        "unexplained": len(unexplained),
+        "ok": not unexplained,
+    }
 
 
 def compare(seqs: list, ref: list) -> dict:
@@ -144,7 +187,11 @@ def main() -> int:
         model = os.path.join(d, "model")
         save_model(model)
         tokens = {}
+        only = os.environ.get("CHECK_VARIANTS")  # comma-separated subset (the first stays)
+        keep = set(only.split(",")) | {next(iter(VARIANTS))} if only else set(VARIANTS)
         for name, extra in VARIANTS.items():
+            if name not in keep:
+                continue
             path = os.path.join(d, f"{name}.json")
             env = dict(os.environ, CHECK_MODEL=model, **extra)
             rc = subprocess.run([sys.executable, __file__, "--worker", path], env=env).returncode
@@ -157,7 +204,7 @@ def main() -> int:
     ref_name = next(iter(VARIANTS))
     ref = tokens.get(ref_name)
     for name, seqs in tokens.items():
-        if ref is None or name == ref_name:
+        if ref is None or name == ref_name or name in TOKENS_ONLY:
             continue
         r = compare(seqs, ref)
         results[name] = r
@@ -165,6 +212,21 @@ def main() -> int:
         print(f"{name:16s} vs {ref_name}: token match {r['token_match']:.4f}, exact "
               f"{r['exact']}/{r['n']}, noise {r['noise']:.4f}, parted at gaps <= {worst:.4f}, "
               f"unexplained {r['unexplained']} -> {'OK' if r['ok'] else 'FAIL'}")  # fmt: skip
+    noise = max((r["noise"] for r in results.values() if "noise" in r), default=0.0)
+    for name in TOKENS_ONLY:
+        if name not in tokens or "defaults" not in tokens:
+            continue
+        r = compare_tokens(tokens[name], tokens["defaults"], noise)
+        results[name] = r
+        verdict = "OK" if r["ok"] else "FAIL"
+        print(f"{name:16s} vs defaults: token match {r['token_match']:.4f}, exact "
+              f"{r['exact']}/{r['n']}, parted at gaps {r['parted_gaps'][:6]}, noise "
+              f"{noise:.4f}, unexplained {r['unexplained']} -> {verdict}")  # fmt: skip
+    if all(n in tokens for n in TOKENS_ONLY):
+        a, b = ([[t[0] for t in s] for s in tokens[n]] for n in TOKENS_ONLY)
+        exact = sum(x == y for x, y in zip(a, b, strict=True))
+        results["fused_vs_unfused_exact"] = exact
+        print(f"tokens_fused vs tokens_unfused: {exact}/{len(a)} sequences equal")
     if "block64" in tokens and "defaults" in tokens:
         equal = [[t[0] for t in s] for s in tokens["block64"]] == [
             [t[0] for t in s] for s in tokens["defaults"]

@@ -86,6 +86,8 @@
 #           three launches at 136-256 rows (bench_norm_prologue.py; not yet run)
 #   blocksize the workload with 16 / 64-token KV blocks (--block-size), alternating
 #   block32 the workload with 16 / 32-token KV blocks, alternating, three pairs
+#   fusedcheck greedy tokens of the fused LM head argmax vs the unfused tail (check_decode_paths)
+#   fusedab the workload with the fused greedy tail on / off, alternating, three pairs
 #   lmhead  the greedy tail (LM head + greedy sampling graph) against the LM head with an
 #           argmax epilogue (bench_lm_head_argmax.py): config sweep and token check per M
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
@@ -334,7 +336,16 @@ if has block32; then
   grep "strixlm  " "$OUT"/tp_bs_*.log
 fi
 if has lmhead; then
-  run lm_head 300 python benchmarks/gpu/bench_lm_head_argmax.py --json "$OUT/lm_head.json"
+  run lm_head 300 python benchmarks/gpu/bench_lm_head_argmax.py --json "$OUT/lm_head.json" \
+    --rows 1 8 16 32 48 64 96 128 160 192 224 256
+fi
+if has fusedcheck; then  # greedy tokens with / without the fused LM head argmax, bf16
+  CHECK_VARIANTS=defaults,tokens_fused,tokens_unfused run decode_paths 420 \
+    python benchmarks/gpu/check_decode_paths.py
+fi
+if has fusedab; then  # the workload with STRIXLM_FUSED_GREEDY=1 / 0, alternating
+  run tp_warm 100 $TP --model qwen3-0.6b
+  ab_tp STRIXLM_FUSED_GREEDY tp_fg on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
 fi
 if has tmagemm; then
   run sweep_tma 420 python benchmarks/gpu/sweep_tma_gemm.py --json "$OUT/sweep_tma_gemm.json"

@@ -240,9 +240,13 @@ class NemotronHForCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor, upcast: bool = True) -> torch.Tensor:
         """Logits [T, vocab]: float32, or the model dtype for consumers that upcast as they
         read (the Triton sampler), which saves writing and re-reading a float32 copy."""
-        w = self.embeddings.weight if self.tie_word_embeddings else self.lm_head.weight
-        logits = torch.matmul(hidden, w.t())
+        logits = torch.matmul(hidden, self.lm_head_weight().t())
         return logits.float() if upcast else logits
+
+    def lm_head_weight(self) -> torch.Tensor:
+        """[vocab, hidden]: what compute_logits multiplies by (the greedy sampling graph
+        takes its argmax without writing the logits)."""
+        return self.embeddings.weight if self.tie_word_embeddings else self.lm_head.weight
 
     # ---- weights -----------------------------------------------------------------------
     # HF name fragment -> (our name, which of q/k/v).

@@ -2,12 +2,13 @@
 
 A decode step (one new token per request) is padded up to the next captured size with
 one-token rows on the state table's dummy row (their K/V land in the never-used null block
-0), and replays a graph that runs the model and the logits projection from the persistent
-input buffers; a step whose rows need only temperatures is then sampled by one more graph
-(sample_graphs.py). Small mixed steps have their own graphs (mixed_graphs.py); larger steps
-run eagerly. The attention backend must read only device metadata during replay, so graphs are
-captured only with the Triton backend, with max_seq_len passed as the upper bound
-max_model_len.
+0), and replays a graph that runs the model from the persistent input buffers up to the
+final hidden states. A step whose rows need only temperatures is then projected and sampled
+by one more graph (sample_graphs.py: all-greedy rows take the LM head's argmax without
+writing logits); other steps project their logits eagerly. Small mixed steps have their
+own graphs (mixed_graphs.py); larger steps run eagerly. The attention backend must read
+only device metadata during replay, so graphs are captured only with the Triton backend,
+with max_seq_len passed as the upper bound max_model_len.
 
 Hybrid (Mamba) models also replay their Mamba metadata from static buffers (state slot of
 each row per Mamba group; see model_states/hybrid.py): padded rows' slot is the null block
@@ -51,10 +52,8 @@ class DecodeGraphs:
         max_model_len: int,
         sizes: list[int],
         cuda_graphs: bool = True,
-        upcast_logits: bool = True,
     ) -> None:
         self.model = model
-        self.upcast_logits = upcast_logits  # False: logits stay in the model dtype
         self.table = table
         self.buffers = buffers
         self.model_state = model_state
@@ -71,7 +70,7 @@ class DecodeGraphs:
         self.mamba_buffers = model_state.graph_buffers(max_b) if self.hybrid else None
         self.mamba_layers = model.mamba_layers() if self.hybrid else []
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.logits: dict[int, torch.Tensor] = {}
+        self.hidden: dict[int, torch.Tensor] = {}  # final hidden states by padded size
         # cuda_graphs=False: (input_ids, positions, metadata) captured per size.
         self.calls: dict[int, tuple] = {}
         self.pool = None
@@ -103,14 +102,11 @@ class DecodeGraphs:
                 self.calls[b] = (batch.input_ids, batch.positions, md)
                 continue
             # Warm up outside the graph (autotuning, lazy allocations), then capture.
-            self.model.compute_logits(
-                self.model(batch.input_ids, batch.positions, md), self.upcast_logits
-            )
+            self.model(batch.input_ids, batch.positions, md)
             torch.cuda.synchronize()
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g, pool=self.pool):
-                hidden = self.model(batch.input_ids, batch.positions, md)
-                self.logits[b] = self.model.compute_logits(hidden, self.upcast_logits)
+                self.hidden[b] = self.model(batch.input_ids, batch.positions, md)
             if self.pool is None:
                 self.pool = g.pool()
             self.graphs[b] = g
@@ -129,7 +125,7 @@ class DecodeGraphs:
 
     def run(self, batch: InputBatch) -> torch.Tensor:
         """Replay for a batch gathered with num_reqs_padded = padded_size(...); returns the
-        logits of the real rows."""
+        final hidden states of the real rows."""
         b = batch.num_reqs_padded
         md = self._metadata(batch)  # refresh the static buffers for this step's rows
         if self.hybrid:
@@ -138,9 +134,7 @@ class DecodeGraphs:
             self.graphs[b].replay()
         else:
             input_ids, positions, captured_md = self.calls[b]
-            self.logits[b] = self.model.compute_logits(
-                self.model(input_ids, positions, captured_md), self.upcast_logits
-            )
+            self.hidden[b] = self.model(input_ids, positions, captured_md)
         self.num_replays += 1
         self.num_padded_rows += b - batch.num_reqs
-        return self.logits[b][: batch.num_reqs]
+        return self.hidden[b][: batch.num_reqs]

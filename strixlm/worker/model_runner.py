@@ -281,18 +281,19 @@ class ModelRunner:
             self.max_model_len,
             capture_sizes(self.config.scheduler.max_num_seqs),
             cuda_graphs=capture,
-            upcast_logits=self.upcast_logits,
         )
         self.graphs.capture()
         if not SAMPLE_GRAPHS_DISABLED:
             self.sample_graphs = SampleGraphs(
+                self.model,
                 self.sampler,
                 self.table,
                 self.buffers,
                 self.sampling,
-                self.graphs.logits,
+                self.graphs.hidden,
                 self.graphs.sizes,
                 cuda_graphs=capture,
+                upcast_logits=self.upcast_logits,
             )
             self.sample_graphs.capture()
         # Hybrid models' prefill needs per-step host metadata; the env knob is for A/B runs.
@@ -366,8 +367,10 @@ class ModelRunner:
         prompt_lp = None
         host: _RowsHost | None = None
         if padded is not None or mixed is not None:
-            graphs = self.graphs if mixed is None else self.mixed_graphs
-            logits = graphs.run(batch)  # one row per request, in order
+            if mixed is None:
+                hidden = self.graphs.run(batch)  # one row per request, in order
+            else:
+                logits = self.mixed_graphs.run(batch)  # one row per request, in order
             if not idx:
                 return StepHandle([], [], None)  # prefill chunks only: nothing to sample
             greedy = None
@@ -379,6 +382,8 @@ class ModelRunner:
                 tokens = self.sample_graphs.run(padded, greedy)[: batch.num_reqs]
                 self.table.num_tokens_cpu[sample_rows] += 1
                 return StepHandle(rids, [None] * len(rids), SamplerOutput(tokens, None))
+            if mixed is None:  # the decode graphs stop at the hidden states
+                logits = self.model.compute_logits(hidden, self.upcast_logits)
             if not all_sample:
                 logits = logits[
                     to_device(

@@ -1,17 +1,23 @@
-"""CUDA graphs for a decode step's sampling: the sampler and the append of its tokens.
+"""CUDA graphs for a decode step's tail: the LM head, the sampler and the append of tokens.
 
-A decode graph (cuda_graphs.py) ends at the logits. Sampling them eagerly costs the host
-some twenty launches a step (gathers of the rows' sampling parameters, the sampler's scratch
-and kernels, the append into the state table), which is what bounds a small batch's step.
-For the common feature set (temperature only: no penalties, top-k / top-p / min-p,
-logprobs, min_tokens suppression or thinking budget) that tail is one more graph per padded
-size, reading only persistent buffers: the scheduled rows (input buffers), their
-temperature and seed (sampling table), their lengths (state table), the decode graph's
-logits. Two variants per size: every row greedy (the argmax pass), and any temperatures.
-Padded rows are sampled too (the dummy row's logits) but append nothing.
+A decode graph (cuda_graphs.py) ends at the final hidden states. Projecting and sampling
+them eagerly costs the host some twenty launches a step (the LM head, gathers of the rows'
+sampling parameters, the sampler's scratch and kernels, the append into the state table),
+which is what bounds a small batch's step. For the common feature set (temperature only: no
+penalties, top-k / top-p / min-p, logprobs, min_tokens suppression or thinking budget) that
+tail is one more graph per padded size, reading only persistent buffers: the scheduled rows
+(input buffers), their temperature and seed (sampling table), their lengths (state table),
+the decode graph's hidden states. Two variants per size:
+- every row greedy: the LM head with an argmax epilogue (kernels/lm_head_argmax.py), so no
+  logits are written or read back, then the append; the LM head + argmax pass where that
+  kernel does not apply (float32 models, no Triton, STRIXLM_FUSED_GREEDY=0);
+- any temperatures: the LM head, then the sampler.
+Padded rows are sampled too (the dummy row's hidden state) but append nothing.
 
 Same tokens as the eager sampler: the Gumbel noise is keyed by (seed, position), and argmax
-ties resolve to the lowest index however the vocabulary is split among programs.
+ties resolve to the lowest index however the vocabulary is split among programs (the fused
+kernel compares the logits rounded to the model dtype, as the sampler reads them; only the
+rounding of sums taken in another order can tell the two apart).
 
 With cuda_graphs=False the same function runs eagerly on every call (CPU tests).
 STRIXLM_DISABLE_SAMPLE_GRAPHS=1 (read at import) keeps sampling eager, for A/B runs.
@@ -25,7 +31,9 @@ import time
 
 import torch
 
+from strixlm.kernels import lm_head_argmax
 from strixlm.kernels.append_tokens import append_tokens
+from strixlm.kernels.dispatch import use_triton
 from strixlm.worker.input_batch import InputBuffers
 from strixlm.worker.sampling_table import SamplingTable
 from strixlm.worker.states import RequestStateTable
@@ -33,26 +41,32 @@ from strixlm.worker.states import RequestStateTable
 logger = logging.getLogger(__name__)
 
 SAMPLE_GRAPHS_DISABLED = os.environ.get("STRIXLM_DISABLE_SAMPLE_GRAPHS", "0") != "0"
+# STRIXLM_FUSED_GREEDY=0: greedy graphs write logits and run the argmax pass (A/B runs).
+FUSED_GREEDY = os.environ.get("STRIXLM_FUSED_GREEDY", "1") != "0"
 
 
 class SampleGraphs:
     def __init__(
         self,
+        model: torch.nn.Module,
         sampler: torch.nn.Module,
         table: RequestStateTable,
         buffers: InputBuffers,
         sampling: SamplingTable,
-        logits: dict[int, torch.Tensor],
+        hidden: dict[int, torch.Tensor],
         sizes: list[int],
         cuda_graphs: bool = True,
+        upcast_logits: bool = True,
     ) -> None:
+        self.model = model  # compute_logits and lm_head_weight
         self.sampler = sampler
+        self.upcast_logits = upcast_logits  # False: logits stay in the model dtype
         self.table = table
         self.buffers = buffers
         self.sampling = sampling
-        # The decode graphs' logits by padded size; read at call time, since without
-        # graphs each "replay" puts a new tensor there.
-        self.logits = logits
+        # The decode graphs' hidden states by padded size; read at call time, since
+        # without graphs each "replay" puts a new tensor there.
+        self.hidden = hidden
         self.sizes = sizes
         self.cuda_graphs = cuda_graphs
         self.graphs: dict[tuple[int, bool], torch.cuda.CUDAGraph] = {}
@@ -62,11 +76,23 @@ class SampleGraphs:
     def _sample(self, b: int, greedy: bool) -> torch.Tensor:
         """Sample the b padded rows and append the real rows' tokens: [b] int64."""
         rows = self.buffers.rows[:b]
-        md = self.sampling.gather(rows, self.table.num_tokens, all_greedy=greedy)
-        tokens = self.sampler(self.logits[b], md).sampled_token_ids
+        hidden = self.hidden[b]
+        if greedy and self.fused_greedy(hidden):
+            tokens = lm_head_argmax.lm_head_argmax(hidden, self.model.lm_head_weight())
+        else:
+            logits = self.model.compute_logits(hidden, self.upcast_logits)
+            md = self.sampling.gather(rows, self.table.num_tokens, all_greedy=greedy)
+            tokens = self.sampler(logits, md).sampled_token_ids
         t = self.table
         append_tokens(t.token_ids, t.num_tokens, rows, tokens, skip_row=t.dummy_row)
         return tokens
+
+    def fused_greedy(self, hidden: torch.Tensor) -> bool:
+        """Whether greedy rows take the LM head's argmax epilogue: Triton runs here and the
+        operands are half precision (float32 models keep the logits and the argmax pass)."""
+        if not FUSED_GREEDY or not use_triton(hidden):
+            return False
+        return lm_head_argmax.supported(hidden, self.model.lm_head_weight())
 
     @torch.inference_mode()
     def capture(self, pool=None) -> None:
@@ -91,8 +117,9 @@ class SampleGraphs:
         )
 
     def run(self, b: int, greedy: bool) -> torch.Tensor:
-        """Sample a replayed decode graph's b padded rows and append the real rows' tokens
-        on the device; returns [b] int64 tokens (the first rows are the real ones)."""
+        """Project and sample a replayed decode graph's b padded rows and append the real
+        rows' tokens on the device; returns [b] int64 tokens (the first rows are the real
+        ones)."""
         self.num_replays += 1
         if not self.cuda_graphs:
             return self._sample(b, greedy)
