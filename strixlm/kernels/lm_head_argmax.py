@@ -42,15 +42,15 @@ class LmHeadConfig:
 
 # Up to this many rows -> config: the fastest of benchmarks/gpu/bench_lm_head_argmax.py's
 # sweep on the H200 (2026-12-01). Against cuBLAS's LM head + the greedy sampling graph it
-# saved 21 us at 1 row, 29-41 us at 16-128, 10-22 us at 192-256 (cuBLAS's GEMM alone is
-# faster from ~128 rows, where the LM head turns compute-bound).
+# saved 22-42 us a step at 1-128 rows, 15-35 us at 192-256 and nothing at 160 (cuBLAS's
+# GEMM alone is faster from ~96 rows, where the LM head turns compute-bound).
 _TABLE: list[tuple[int, LmHeadConfig]] = [
     (16, LmHeadConfig(16, 128, 128, 4, 3)),
     (32, LmHeadConfig(32, 128, 64, 4, 4)),
-    (64, LmHeadConfig(64, 128, 64, 4, 3)),
-    (128, LmHeadConfig(128, 128, 64, 8, 3)),
+    (64, LmHeadConfig(64, 128, 64, 8, 3)),
+    (128, LmHeadConfig(128, 256, 64, 8, 4)),
     (192, LmHeadConfig(64, 128, 64, 4, 3)),
-    (512, LmHeadConfig(128, 128, 64, 8, 3)),
+    (512, LmHeadConfig(128, 256, 64, 8, 3)),
 ]
 
 
