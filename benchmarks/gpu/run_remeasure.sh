@@ -79,11 +79,6 @@
 #           workload with the TMA GEMM on / off (STRIXLM_TMA_GEMM), alternating, after a warm-up
 #   tmasweep  the TMA GEMM at finer row counts (qkv 136-256, gate_up 72-160) against cuBLAS
 #           and the engine's dispatch
-#   tmadecode decode attention with TMA K/V tiles (block = tile) against pointer loads and the
-#           engine's kernel at 16- and 64/32-token blocks (bench_tma_decode.py; not yet run)
-#   normprologue the add + RMSNorm split across the GEMMs around it (producer: residual add and
-#           sums of squares in its epilogue; consumer: normalizing loads) against the engine's
-#           three launches at 136-256 rows (bench_norm_prologue.py; not yet run)
 #   blocksize the workload with 16 / 64-token KV blocks (--block-size), alternating
 #   block32 the workload with 16 / 32-token KV blocks, alternating, three pairs
 #   fusedcheck greedy tokens of the fused LM head argmax vs the unfused tail (check_decode_paths)
@@ -360,10 +355,4 @@ if has tmasweep; then
   run tma_qkv 200 $S --shapes qkv --rows 136 144 160 176 192 208 224 240 256 \
     --json "$OUT/tma_qkv.json"
   run tma_gate_up 150 $S --shapes gate_up --rows 72 96 112 128 136 160 --json "$OUT/tma_gate_up.json"
-fi
-if has tmadecode; then
-  run tma_decode 420 python benchmarks/gpu/bench_tma_decode.py --json "$OUT/tma_decode.json"
-fi
-if has normprologue; then
-  run norm_prologue 300 python benchmarks/gpu/bench_norm_prologue.py --json "$OUT/norm_prologue.json"
 fi
