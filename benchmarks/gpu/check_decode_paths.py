@@ -123,35 +123,12 @@ def run_variant(folder: str, out_path: str) -> None:
         json.dump(rows, f)
 
 
-def compare_tokens(seqs: list, ref: list, noise: float) -> dict:
-    """A tokens-only run against one with logprobs: the reference's top-2 gap where they
-    part, explained when it is at most noise (measured by compare on the other variants)."""
-    total = sum(len(r) for r in ref)
-    same = exact = 0
-    gaps = []
-    for s, r in zip(seqs, ref, strict=True):
-        same += sum(a[0] == b[0] for a, b in zip(s, r, strict=False))
-        parted = next((i for i, (a, b) in enumerate(zip(s, r, strict=False)) if a[0] != b[0]), None)
-        if parted is None:
-            exact += 1
-        else:
-            gaps.append(r[parted][2])
-    unexplained = [g for g in gaps if g > noise]
-    return {
-        "token_match": same / max(1, total),
-        "exact": exact,
-        "n": len(ref),
-        "noise": noise,
-        "parted_gaps": sorted(gaps),
-        "unexplained": len(unexplained),
-        "ok": not unexplained,
-    }
-
-
-def compare(seqs: list, ref: list) -> dict:
-    """Token match, noise over the shared prefixes and the gaps where sequences part."""
+def compare(seqs: list, ref: list, noise: float | None = None) -> dict:
+    """Token match, noise over the shared prefixes and the gaps where sequences part.
+    noise given: a tokens-only run (no logprobs of its own) judged by that noise."""
+    measure = noise is None
+    noise = noise or 0.0
     same = total = exact = 0
-    noise = 0.0
     gaps = []
     for s, r in zip(seqs, ref, strict=True):
         total += len(r)
@@ -160,7 +137,8 @@ def compare(seqs: list, ref: list) -> dict:
             if a[0] != b[0]:
                 parted = i
                 break
-            noise = max(noise, abs(a[1] - b[1]))
+            if measure:
+                noise = max(noise, abs(a[1] - b[1]))
         same += sum(a[0] == b[0] for a, b in zip(s, r, strict=False))
         if parted is None:
             exact += 1
@@ -216,7 +194,7 @@ def main() -> int:
     for name in TOKENS_ONLY:
         if name not in tokens or "defaults" not in tokens:
             continue
-        r = compare_tokens(tokens[name], tokens["defaults"], noise)
+        r = compare(tokens[name], tokens["defaults"], noise)
         results[name] = r
         verdict = "OK" if r["ok"] else "FAIL"
         print(f"{name:16s} vs defaults: token match {r['token_match']:.4f}, exact "
