@@ -22,31 +22,34 @@ reimport_interpreted("strixlm.kernels.lm_head_argmax")
 import strixlm.kernels.lm_head_argmax as lha  # noqa: E402
 
 SMALL = lha.LmHeadConfig(16, 64, 32, 4, 2)
+SMALL_TMA = lha.LmHeadConfig(16, 64, 32, 4, 2, tma=True)
 
 
 def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+@pytest.mark.parametrize("cfg", [SMALL, SMALL_TMA], ids=["pointer", "tma"])
 @pytest.mark.parametrize("m,k", [(1, 64), (5, 80), (37, 64)])
-def test_tokens_match_argmax_of_rounded_logits(m, k):
+def test_tokens_match_argmax_of_rounded_logits(m, k, cfg):
     # 300 columns: the last vocabulary tile is partly past the end; k = 80 leaves a partial
-    # K step of the 32-wide loop.
+    # K step of the 32-wide loop (which the TMA config leaves to the pointer-load kernel).
     h = torch.randn(m, k, generator=_gen(m)).to(torch.float16)
     w = torch.randn(300, k, generator=_gen(100 + m)).to(torch.float16)
-    got = lha.lm_head_argmax(h, w, SMALL)
+    got = lha.lm_head_argmax(h, w, cfg)
     assert got.dtype == torch.int64 and got.shape == (m,)
     assert torch.equal(got, lha.lm_head_argmax_ref(h, w))
 
 
-def test_ties_resolve_to_the_lowest_index_within_and_across_tiles():
+@pytest.mark.parametrize("cfg", [SMALL, SMALL_TMA], ids=["pointer", "tma"])
+def test_ties_resolve_to_the_lowest_index_within_and_across_tiles(cfg):
     h = torch.randn(3, 64, generator=_gen(1)).to(torch.float16)
     w = (torch.randn(300, 64, generator=_gen(2)) * 0.01).to(torch.float16)
     peak = h[0].sign() * 0.5  # one direction every row scores high on
     for col in (250, 70, 75, 299):  # tiles 3, 1, 1, 4 of 64 columns: the same row each
         w[col] = peak
     h[1:] = h[0]
-    got = lha.lm_head_argmax(h, w, SMALL)
+    got = lha.lm_head_argmax(h, w, cfg)
     assert got.tolist() == [70, 70, 70]
     assert torch.equal(got, lha.lm_head_argmax_ref(h, w))
 
@@ -73,13 +76,20 @@ from strixlm.kernels import lm_head_argmax as l
 target = GPUTarget("cuda", 90, 32)
 for dt in ("bf16", "fp16"):
     for cfg in {c for _, c in l._TABLE}:
+        bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+        opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        # Each config both ways: the table may take either loader.
+        sig = dict(h_desc=f"tensordesc<{dt}[{bm},{bk}]>", w_desc=f"tensordesc<{dt}[{bn},{bk}]>",
+                   val_ptr="*fp32", idx_ptr="*i32", M="i32", V="i32", S="i32")
+        c = dict(K=1024, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PDL=True)
+        src = ASTSource(l._lm_head_argmax_tma_kernel, {**sig, **{k: "constexpr" for k in c}}, c)
+        k = triton.compile(src, target=target, options=opts)
+        assert "cp.async.bulk.tensor" in k.asm["ptx"] and "mma" in k.asm["ptx"], cfg
+        assert k.metadata.shared <= 227 * 1024, (cfg, k.metadata.shared)
         sig = dict(h_ptr=f"*{dt}", w_ptr=f"*{dt}", val_ptr="*fp32", idx_ptr="*i32", M="i32",
                    V="i32", stride_h="i32", stride_w="i32", S="i32")
-        c = dict(K=1024, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-                 PDL=True)
         src = ASTSource(l._lm_head_argmax_kernel, {**sig, **{k: "constexpr" for k in c}}, c)
-        k = triton.compile(src, target=target,
-                           options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
+        k = triton.compile(src, target=target, options=opts)
         assert "wgmma" in k.asm["ptx"] or "mma" in k.asm["ptx"], cfg
         assert k.metadata.shared <= 227 * 1024, (cfg, k.metadata.shared)
 print("compiled")
@@ -87,5 +97,6 @@ print("compiled")
 
 
 def test_kernel_compiles_for_sm90():
-    """The table's configs, bf16 and fp16, within the H200's shared memory."""
+    """The table's configs with either loader, bf16 and fp16, within the H200's shared
+    memory (TMA loads in the PTX of the descriptor kernel)."""
     assert_compiles(AOT)

@@ -40,7 +40,8 @@ ROWS = [1, 16, 32, 64, 128, 192, 256]
 
 def configs(m: int) -> list[lha.LmHeadConfig]:
     """Row tiles from 16 up to the next power of two of M (at most 256), 128- or 256-wide
-    vocabulary tiles, 4 or 8 warps (8 for tiles of 128 x 256 and up)."""
+    vocabulary tiles, 4 or 8 warps (8 for tiles of 128 x 256 and up); tiles of 64 rows and
+    up also with TMA loads."""
     out = []
     bms = sorted({16, 32, 64, 128, 256} & set(range(16, max(16, triton_pow2(m)) + 1)))
     for bm, bn, bk, st, warps in itertools.product(bms, (128, 256), (64, 128), (3, 4), (4, 8)):
@@ -50,6 +51,8 @@ def configs(m: int) -> list[lha.LmHeadConfig]:
         if (bm * bn >= 128 * 256 and warps == 4) or (bm * bn <= 32 * 128 and warps == 8):
             continue
         out.append(lha.LmHeadConfig(bm, bn, bk, warps, st))
+        if bm >= 64:  # the same tiles by TMA (wgmma needs 64-row tiles)
+            out.append(lha.LmHeadConfig(bm, bn, bk, warps, st, tma=True))
     return out
 
 

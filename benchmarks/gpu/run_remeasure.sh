@@ -81,6 +81,7 @@
 #           and the engine's dispatch
 #   blocksize the workload with 16 / 64-token KV blocks (--block-size), alternating
 #   block32 the workload with 16 / 32-token KV blocks, alternating, three pairs
+#   lmheadtma the same sweep at 96-256 rows with the TMA-loading configs (not yet run)
 #   fusedcheck greedy tokens of the fused LM head argmax vs the unfused tail (check_decode_paths)
 #   fusedab the workload with the fused greedy tail on / off, alternating, three pairs
 #   lmhead  the greedy tail (LM head + greedy sampling graph) against the LM head with an
@@ -333,6 +334,10 @@ fi
 if has lmhead; then
   run lm_head 300 python benchmarks/gpu/bench_lm_head_argmax.py --json "$OUT/lm_head.json" \
     --rows 1 8 16 32 48 64 96 128 160 192 224 256
+fi
+if has lmheadtma; then  # the fused LM head's tiles by TMA at 96-256 rows (not yet run)
+  run lm_head_tma 300 python benchmarks/gpu/bench_lm_head_argmax.py \
+    --json "$OUT/lm_head_tma.json" --rows 96 128 160 192 224 256
 fi
 if has fusedcheck; then  # greedy tokens with / without the fused LM head argmax, bf16
   CHECK_VARIANTS=defaults,tokens_fused,tokens_unfused run decode_paths 420 \

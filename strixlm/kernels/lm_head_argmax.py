@@ -11,7 +11,9 @@ maximal rounded logits, as torch.argmax over the unfused logits gives (up to the
 of sums taken in another order).
 
 Programs of one vocabulary tile are adjacent in the grid (rows fastest), so the weight tile
-is read from HBM once and from L2 by the other row tiles.
+is read from HBM once and from L2 by the other row tiles. A config may load its tiles by
+TMA (host tensor descriptors, as kernels/tma_linear.py does) instead of pointer loads; the
+epilogue is the same.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ from strixlm.kernels.pdl import pdl_enabled
 if HAS_TRITON:
     import triton
     import triton.language as tl
+    from triton.tools.tensor_descriptor import TensorDescriptor
 
     from strixlm.kernels.pdl import pdl_prologue
     from strixlm.kernels.sampler import argmax_finalize_kernel
+    from strixlm.kernels.tma_linear import tma_ready
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,7 @@ class LmHeadConfig:
     block_k: int
     num_warps: int
     num_stages: int
+    tma: bool = False  # tiles by TMA descriptors (K a multiple of block_k, aligned rows)
 
 
 # Up to this many rows -> config: the fastest of benchmarks/gpu/bench_lm_head_argmax.py's
@@ -82,6 +87,19 @@ def lm_head_argmax_ref(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tens
 
 if HAS_TRITON:
 
+    @triton.jit
+    def _store_tile_argmax(acc, offs_m, offs_n, pid_n, M, V, S, val_ptr, idx_ptr, dtype):
+        """Each row's maximum over the tile's logits rounded to dtype (the values the
+        unfused path's argmax compares) and the lowest column reaching it."""
+        logits = acc.to(dtype).to(tl.float32)
+        logits = tl.where((offs_n < V)[None, :], logits, float("-inf"))
+        mx = tl.max(logits, axis=1)
+        first = tl.min(tl.where(logits == mx[:, None], offs_n[None, :], 2147483647), axis=1)
+        first = tl.where(first == 2147483647, pid_n * acc.shape[1], first)  # an all-NaN row
+        out = offs_m.to(tl.int64) * S + pid_n
+        tl.store(val_ptr + out, mx, mask=offs_m < M)
+        tl.store(idx_ptr + out, first, mask=offs_m < M)
+
     @triton.jit(do_not_specialize=["M"])
     def _lm_head_argmax_kernel(
         h_ptr,
@@ -115,15 +133,36 @@ if HAS_TRITON:
             a = tl.load(h_rows + kk[None, :], mask=ok_m[:, None] & (kk < K)[None, :], other=0.0)
             b = tl.load(w_rows + kk[None, :], mask=ok_n[:, None] & (kk < K)[None, :], other=0.0)
             acc = tl.dot(a, b.T, acc)
-        # The values the unfused path's argmax compares: logits rounded to the model dtype.
-        logits = acc.to(h_ptr.dtype.element_ty).to(tl.float32)
-        logits = tl.where(ok_n[None, :], logits, float("-inf"))
-        mx = tl.max(logits, axis=1)
-        first = tl.min(tl.where(logits == mx[:, None], offs_n[None, :], 2147483647), axis=1)
-        first = tl.where(first == 2147483647, pid_n * BLOCK_N, first)  # an all-NaN row
-        out = offs_m.to(tl.int64) * S + pid_n
-        tl.store(val_ptr + out, mx, mask=ok_m)
-        tl.store(idx_ptr + out, first, mask=ok_m)
+        _store_tile_argmax(acc, offs_m, offs_n, pid_n, M, V, S, val_ptr, idx_ptr,
+                           h_ptr.dtype.element_ty)  # fmt: skip
+
+    @triton.jit(do_not_specialize=["M"])
+    def _lm_head_argmax_tma_kernel(
+        h_desc,
+        w_desc,
+        val_ptr,
+        idx_ptr,
+        M,
+        V,
+        K: tl.constexpr,
+        S,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+        PDL: tl.constexpr,
+    ):
+        pid_m = tl.program_id(0)
+        pid_n = tl.program_id(1)
+        pdl_prologue(PDL)
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for k in range(0, K, BLOCK_K):  # rows past M or V arrive as zeros
+            a = h_desc.load([pid_m * BLOCK_M, k])
+            b = w_desc.load([pid_n * BLOCK_N, k])
+            acc = tl.dot(a, b.T, acc)
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        _store_tile_argmax(acc, offs_m, offs_n, pid_n, M, V, S, val_ptr, idx_ptr,
+                           h_desc.dtype)  # fmt: skip
 
 
 def lm_head_argmax(
@@ -146,10 +185,16 @@ def lm_head_argmax(
     idx = torch.empty((m, s), dtype=torch.int32, device=hidden.device)
     pdl = pdl_enabled(hidden)
     grid = (triton.cdiv(m, cfg.block_m), s)
-    _lm_head_argmax_kernel[grid](
-        hidden, weight, val, idx, m, v, k, hidden.stride(0), weight.stride(0), s,
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, PDL=pdl,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
-    )  # fmt: skip
+    tiles = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, PDL=pdl)
+    launch = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl)
+    if cfg.tma and k % cfg.block_k == 0 and tma_ready(hidden) and tma_ready(weight):
+        hd = TensorDescriptor.from_tensor(hidden, [cfg.block_m, cfg.block_k])
+        wd = TensorDescriptor.from_tensor(weight, [cfg.block_n, cfg.block_k])
+        _lm_head_argmax_tma_kernel[grid](hd, wd, val, idx, m, v, k, s, **tiles, **launch)
+    else:
+        _lm_head_argmax_kernel[grid](
+            hidden, weight, val, idx, m, v, k, hidden.stride(0), weight.stride(0), s,
+            **tiles, **launch,
+        )  # fmt: skip
     argmax_finalize_kernel[(m,)](val, idx, tokens, s, SP=triton.next_power_of_2(s))
     return tokens
