@@ -54,6 +54,36 @@ def test_ties_resolve_to_the_lowest_index_within_and_across_tiles(cfg):
     assert torch.equal(got, lha.lm_head_argmax_ref(h, w))
 
 
+@pytest.mark.parametrize("cfg", [SMALL, SMALL_TMA], ids=["pointer", "tma"])
+def test_sampling_epilogue_draws_the_samplers_tokens(cfg):
+    """Gumbel-max in the epilogue: the torch Sampler's tokens over the rounded logits, for
+    temperature and greedy rows gathered by state-table row, with large seeds too."""
+    from strixlm.sample.metadata import SamplingMetadata, SamplingRow
+    from strixlm.sample.sampler import Sampler
+
+    m, k, v = 21, 64, 300
+    h = torch.randn(m, k, generator=_gen(7)).to(torch.float16)
+    w = torch.randn(v, k, generator=_gen(8)).to(torch.float16)
+    table_rows = 40
+    rows = torch.randperm(table_rows, generator=_gen(9))[:m].to(torch.int32)
+    temps = torch.rand(table_rows, generator=_gen(10)) * 2 + 0.2
+    temps[rows[::5].long()] = 0.0  # some greedy rows
+    seeds = torch.randint(-(2**62), 2**62, (table_rows,), generator=_gen(11))
+    positions = torch.randint(0, 5000, (table_rows,), generator=_gen(12)).to(torch.int32)
+    got = lha.lm_head_sample(h, w, rows, temps, seeds, positions, cfg)
+    r = rows.long()
+    samp_rows = [
+        SamplingRow(temperature=float(temps[i]), seed=int(seeds[i]), position=int(positions[i]))
+        for i in r
+    ]
+    logits = (h.float() @ w.float().t()).to(h.dtype).float()
+    ref = Sampler()(logits, SamplingMetadata.build(samp_rows, "cpu", v)).sampled_token_ids
+    assert torch.equal(got, ref)
+    greedy = temps[r] == 0
+    assert torch.equal(got[greedy], lha.lm_head_argmax_ref(h, w)[greedy])
+    assert not torch.equal(got, lha.lm_head_argmax_ref(h, w))  # the noise moved some rows
+
+
 def test_rejects_what_it_cannot_run():
     w = torch.randn(300, 64).to(torch.float16)
     with pytest.raises(ValueError, match="half-precision"):
@@ -74,29 +104,34 @@ def test_table_covers_every_row_count():
 AOT = r"""
 from strixlm.kernels import lm_head_argmax as l
 target = GPUTarget("cuda", 90, 32)
-for dt in ("bf16", "fp16"):
-    for cfg in {c for _, c in l._TABLE}:
-        bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
-        opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-        # Each config both ways: the table may take either loader.
-        sig = dict(h_desc=f"tensordesc<{dt}[{bm},{bk}]>", w_desc=f"tensordesc<{dt}[{bn},{bk}]>",
-                   val_ptr="*fp32", idx_ptr="*i32", M="i32", V="i32", S="i32")
-        c = dict(K=1024, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PDL=True)
-        src = ASTSource(l._lm_head_argmax_tma_kernel, {**sig, **{k: "constexpr" for k in c}}, c)
-        k = triton.compile(src, target=target, options=opts)
-        assert "cp.async.bulk.tensor" in k.asm["ptx"] and "mma" in k.asm["ptx"], cfg
-        assert k.metadata.shared <= 227 * 1024, (cfg, k.metadata.shared)
-        sig = dict(h_ptr=f"*{dt}", w_ptr=f"*{dt}", val_ptr="*fp32", idx_ptr="*i32", M="i32",
-                   V="i32", stride_h="i32", stride_w="i32", S="i32")
-        src = ASTSource(l._lm_head_argmax_kernel, {**sig, **{k: "constexpr" for k in c}}, c)
-        k = triton.compile(src, target=target, options=opts)
-        assert "wgmma" in k.asm["ptx"] or "mma" in k.asm["ptx"], cfg
-        assert k.metadata.shared <= 227 * 1024, (cfg, k.metadata.shared)
+rows = dict(rows_ptr="*i32", temp_ptr="*fp32", seed_ptr="*i64", pos_ptr="*i32", M="i32",
+            V="i32", S="i32")
+first = l._TABLE[0][1]
+wide = l.LmHeadConfig(128, 256, 64, 8, 3)
+# The table's configs greedy (what ships), the sampling epilogue and the TMA loader once.
+jobs = [(c, False, False) for c in {c for _, c in l._TABLE}]
+jobs += [(first, True, False), (wide, False, True), (wide, True, True)]
+for cfg, sample, tma in jobs:
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+    opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, enable_fp_fusion=not sample)
+    c = dict(K=1024, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PDL=True, SAMPLE=sample, PRECISE=True)
+    if tma:
+        kern = l._lm_head_argmax_tma_kernel
+        sig = dict(h_desc=f"tensordesc<bf16[{bm},{bk}]>", w_desc=f"tensordesc<bf16[{bn},{bk}]>",
+                   val_ptr="*fp32", idx_ptr="*i32", **rows)
+    else:
+        kern = l._lm_head_argmax_kernel
+        sig = dict(h_ptr="*bf16", w_ptr="*bf16", val_ptr="*fp32", idx_ptr="*i32",
+                   stride_h="i32", stride_w="i32", **rows)
+    k = triton.compile(ASTSource(kern, {**sig, **{n: "constexpr" for n in c}}, c),
+                       target=target, options=opts)
+    assert "mma" in k.asm["ptx"] and (not tma or "cp.async.bulk.tensor" in k.asm["ptx"]), cfg
+    assert k.metadata.shared <= 227 * 1024, (cfg, k.metadata.shared)
 print("compiled")
 """
 
 
 def test_kernel_compiles_for_sm90():
-    """The table's configs with either loader, bf16 and fp16, within the H200's shared
-    memory (TMA loads in the PTX of the descriptor kernel)."""
+    """bf16: the table's configs, the sampling epilogue and the TMA loader (TMA loads in its
+    PTX), each within the H200's shared memory."""
     assert_compiles(AOT)

@@ -95,10 +95,12 @@ def test_other_features_take_the_eager_sampler(engines, extra):
         assert o.outputs[0].token_ids == r.outputs[0].token_ids
 
 
-def test_greedy_graph_takes_the_fused_lm_head_argmax(tiny_qwen3_dir, monkeypatch):
+@pytest.mark.parametrize("kind", ["greedy", "temperatures"])
+def test_sampling_graphs_take_the_fused_lm_head(tiny_qwen3_dir, monkeypatch, kind):
     """In half precision with Triton (here the interpreter, as on CUDA) the greedy variant
-    runs the LM head with an argmax epilogue instead of logits + the argmax pass: same
-    tokens as the engine without graphs, which projects and samples eagerly."""
+    runs the LM head with an argmax epilogue, and with STRIXLM_FUSED_SAMPLE the temperature
+    variant the LM head with a Gumbel-max epilogue, instead of logits + the sampler: the
+    same tokens as the engine without graphs, which projects and samples eagerly."""
     from strixlm.kernels import lm_head_argmax
     from strixlm.worker import sample_graphs
 
@@ -117,13 +119,20 @@ def test_greedy_graph_takes_the_fused_lm_head_argmax(tiny_qwen3_dir, monkeypatch
         return llm
 
     monkeypatch.setattr(sample_graphs, "use_triton", lambda t: True)
+    monkeypatch.setattr(sample_graphs, "FUSED_SAMPLE_MAX_ROWS", 4)
     calls = []
-    real = lm_head_argmax.lm_head_argmax
-    monkeypatch.setattr(
-        lm_head_argmax, "lm_head_argmax", lambda h, w: calls.append(h.shape[0]) or real(h, w)
-    )
+    name = "lm_head_argmax" if kind == "greedy" else "lm_head_sample"
+    real = getattr(lm_head_argmax, name)
+    monkeypatch.setattr(lm_head_argmax, name, lambda h, *a: calls.append(h.shape[0]) or real(h, *a))
     prompts = encode(tiny_qwen3_dir)[:3]
-    params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    if kind == "greedy":
+        params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    else:
+        params = [
+            SamplingParams(temperature=0.9, seed=11, max_tokens=MAX_TOKENS, ignore_eos=True),
+            SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True),
+            SamplingParams(temperature=1.3, seed=5, max_tokens=MAX_TOKENS, ignore_eos=True),
+        ]
     ours = half_llm(True).generate(prompts, params, use_tqdm=False)
     assert calls and set(calls) == {4}  # three rows padded to the captured size 4
     ref = half_llm(False).generate(prompts, params, use_tqdm=False)

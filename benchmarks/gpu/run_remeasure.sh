@@ -82,6 +82,8 @@
 #   blocksize the workload with 16 / 64-token KV blocks (--block-size), alternating
 #   block32 the workload with 16 / 32-token KV blocks, alternating, three pairs
 #   lmheadtma the same sweep at 96-256 rows with the TMA-loading configs (not yet run)
+#   lmheadsample the temperature tail against the LM head with a Gumbel-max epilogue
+#           (bench_lm_head_argmax.py --sample; STRIXLM_FUSED_SAMPLE is opt-in until measured)
 #   fusedcheck greedy tokens of the fused LM head argmax vs the unfused tail (check_decode_paths)
 #   fusedab the workload with the fused greedy tail on / off, alternating, three pairs
 #   lmhead  the greedy tail (LM head + greedy sampling graph) against the LM head with an
@@ -338,6 +340,10 @@ fi
 if has lmheadtma; then  # the fused LM head's tiles by TMA at 96-256 rows (not yet run)
   run lm_head_tma 300 python benchmarks/gpu/bench_lm_head_argmax.py \
     --json "$OUT/lm_head_tma.json" --rows 96 128 160 192 224 256
+fi
+if has lmheadsample; then  # the temperature tail: sampler vs Gumbel-max epilogue (not yet run)
+  run lm_head_sample 300 python benchmarks/gpu/bench_lm_head_argmax.py --sample \
+    --json "$OUT/lm_head_sample.json" --rows 1 8 16 32 64 128 256
 fi
 if has fusedcheck; then  # greedy tokens with / without the fused LM head argmax, bf16
   CHECK_VARIANTS=defaults,tokens_fused,tokens_unfused run decode_paths 420 \

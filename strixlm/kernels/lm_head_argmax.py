@@ -14,6 +14,12 @@ Programs of one vocabulary tile are adjacent in the grid (rows fastest), so the 
 is read from HBM once and from L2 by the other row tiles. A config may load its tiles by
 TMA (host tensor descriptors, as kernels/tma_linear.py does) instead of pointer loads; the
 epilogue is the same.
+
+lm_head_sample is the same kernel with a Gumbel-max epilogue for temperature sampling: each
+value is divided by its row's temperature and gets the sampler's noise for (seed, position,
+token) (kernels/sampler.py's hash and float32 operations), so it draws the sampler's token
+for rows without filters or penalties. It reads each row's temperature, seed and position
+from the persistent tables by state-table row, so a sampling graph needs no gathers.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ if HAS_TRITON:
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     from strixlm.kernels.pdl import pdl_prologue
-    from strixlm.kernels.sampler import argmax_finalize_kernel
+    from strixlm.kernels.sampler import EPS, _gumbel, _row_key, argmax_finalize_kernel
     from strixlm.kernels.tma_linear import tma_ready
 
 
@@ -88,13 +94,28 @@ def lm_head_argmax_ref(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tens
 if HAS_TRITON:
 
     @triton.jit
-    def _store_tile_argmax(acc, offs_m, offs_n, pid_n, M, V, S, val_ptr, idx_ptr, dtype):
-        """Each row's maximum over the tile's logits rounded to dtype (the values the
-        unfused path's argmax compares) and the lowest column reaching it."""
-        logits = acc.to(dtype).to(tl.float32)
-        logits = tl.where((offs_n < V)[None, :], logits, float("-inf"))
-        mx = tl.max(logits, axis=1)
-        first = tl.min(tl.where(logits == mx[:, None], offs_n[None, :], 2147483647), axis=1)
+    def _store_tile_best(acc, offs_m, offs_n, pid_n, M, V, S, val_ptr, idx_ptr, dtype,
+                         rows_ptr, temp_ptr, seed_ptr, pos_ptr, SAMPLE: tl.constexpr,
+                         PRECISE: tl.constexpr):  # fmt: skip
+        """Each row's maximum over the tile's values and the lowest column reaching it.
+        The values: the logits rounded to dtype (what the unfused path's sampler reads);
+        with SAMPLE, divided by the row's temperature plus the row's Gumbel noise, the
+        sampler's float32 operations for a row without filters or penalties (greedy rows,
+        temperature below EPS, keep the rounded logits)."""
+        x = acc.to(dtype).to(tl.float32)
+        if SAMPLE:
+            ok_m = offs_m < M
+            row = tl.load(rows_ptr + offs_m, mask=ok_m, other=0).to(tl.int64)
+            temp = tl.load(temp_ptr + row, mask=ok_m, other=0.0)
+            greedy = temp < EPS
+            s = tl.math.div_rn(x, tl.where(greedy, 1.0, temp)[:, None])
+            key = _row_key(tl.load(seed_ptr + row, mask=ok_m, other=0),
+                           tl.load(pos_ptr + row, mask=ok_m, other=0).to(tl.int64))  # fmt: skip
+            noisy = s + _gumbel(key[:, None], offs_n[None, :], PRECISE)
+            x = tl.where(greedy[:, None], s, noisy)
+        x = tl.where((offs_n < V)[None, :], x, float("-inf"))
+        mx = tl.max(x, axis=1)
+        first = tl.min(tl.where(x == mx[:, None], offs_n[None, :], 2147483647), axis=1)
         first = tl.where(first == 2147483647, pid_n * acc.shape[1], first)  # an all-NaN row
         out = offs_m.to(tl.int64) * S + pid_n
         tl.store(val_ptr + out, mx, mask=offs_m < M)
@@ -106,6 +127,10 @@ if HAS_TRITON:
         w_ptr,
         val_ptr,
         idx_ptr,
+        rows_ptr,
+        temp_ptr,
+        seed_ptr,
+        pos_ptr,
         M,
         V,
         K: tl.constexpr,
@@ -116,6 +141,8 @@ if HAS_TRITON:
         BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr,
         PDL: tl.constexpr,
+        SAMPLE: tl.constexpr,
+        PRECISE: tl.constexpr,
     ):
         pid_m = tl.program_id(0)
         pid_n = tl.program_id(1)
@@ -133,8 +160,9 @@ if HAS_TRITON:
             a = tl.load(h_rows + kk[None, :], mask=ok_m[:, None] & (kk < K)[None, :], other=0.0)
             b = tl.load(w_rows + kk[None, :], mask=ok_n[:, None] & (kk < K)[None, :], other=0.0)
             acc = tl.dot(a, b.T, acc)
-        _store_tile_argmax(acc, offs_m, offs_n, pid_n, M, V, S, val_ptr, idx_ptr,
-                           h_ptr.dtype.element_ty)  # fmt: skip
+        _store_tile_best(acc, offs_m, offs_n, pid_n, M, V, S, val_ptr, idx_ptr,
+                         h_ptr.dtype.element_ty, rows_ptr, temp_ptr, seed_ptr, pos_ptr, SAMPLE,
+                         PRECISE)  # fmt: skip
 
     @triton.jit(do_not_specialize=["M"])
     def _lm_head_argmax_tma_kernel(
@@ -142,6 +170,10 @@ if HAS_TRITON:
         w_desc,
         val_ptr,
         idx_ptr,
+        rows_ptr,
+        temp_ptr,
+        seed_ptr,
+        pos_ptr,
         M,
         V,
         K: tl.constexpr,
@@ -150,6 +182,8 @@ if HAS_TRITON:
         BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr,
         PDL: tl.constexpr,
+        SAMPLE: tl.constexpr,
+        PRECISE: tl.constexpr,
     ):
         pid_m = tl.program_id(0)
         pid_n = tl.program_id(1)
@@ -161,14 +195,35 @@ if HAS_TRITON:
             acc = tl.dot(a, b.T, acc)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        _store_tile_argmax(acc, offs_m, offs_n, pid_n, M, V, S, val_ptr, idx_ptr,
-                           h_desc.dtype)  # fmt: skip
+        _store_tile_best(acc, offs_m, offs_n, pid_n, M, V, S, val_ptr, idx_ptr, h_desc.dtype,
+                         rows_ptr, temp_ptr, seed_ptr, pos_ptr, SAMPLE, PRECISE)  # fmt: skip
 
 
 def lm_head_argmax(
     hidden: torch.Tensor, weight: torch.Tensor, cfg: LmHeadConfig | None = None
 ) -> torch.Tensor:
     """Greedy tokens [M] int64 of hidden [M, K] under the LM head weight [V, K]."""
+    return _launch(hidden, weight, cfg, None)
+
+
+def lm_head_sample(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    rows: torch.Tensor,
+    temperature: torch.Tensor,
+    seeds: torch.Tensor,
+    positions: torch.Tensor,
+    cfg: LmHeadConfig | None = None,
+) -> torch.Tensor:
+    """Tokens [M] int64 drawn by Gumbel-max from softmax(logits / T): hidden row b is
+    state-table row rows[b] (int32), whose temperature (float32; below EPS: greedy), seed
+    (int64) and position (the noise key: tokens before this one, int32 or int64) are
+    temperature[rows[b]], seeds[rows[b]] and positions[rows[b]]. The sampler's tokens for
+    rows without filters or penalties, from the same noise."""
+    return _launch(hidden, weight, cfg, (rows, temperature, seeds, positions))
+
+
+def _launch(hidden, weight, cfg: LmHeadConfig | None, sample: tuple | None) -> torch.Tensor:
     if not supported(hidden, weight):
         raise ValueError(
             f"lm_head_argmax needs half-precision hidden {tuple(hidden.shape)} / weight "
@@ -185,16 +240,23 @@ def lm_head_argmax(
     idx = torch.empty((m, s), dtype=torch.int32, device=hidden.device)
     pdl = pdl_enabled(hidden)
     grid = (triton.cdiv(m, cfg.block_m), s)
-    tiles = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, PDL=pdl)
-    launch = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl)
+    # libdevice's logf is what the sampler (and torch.log) runs on CUDA; not interpreted.
+    precise = hidden.is_cuda
+    consts = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, PDL=pdl,
+                  SAMPLE=sample is not None, PRECISE=precise)  # fmt: skip
+    # The sampler's float32 operations, uncontracted (no FMA), as it launches them.
+    launch = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
+                  enable_fp_fusion=sample is None)  # fmt: skip
+    row_args = sample if sample is not None else (idx, val, idx, idx)  # unread: any pointers
     if cfg.tma and k % cfg.block_k == 0 and tma_ready(hidden) and tma_ready(weight):
         hd = TensorDescriptor.from_tensor(hidden, [cfg.block_m, cfg.block_k])
         wd = TensorDescriptor.from_tensor(weight, [cfg.block_n, cfg.block_k])
-        _lm_head_argmax_tma_kernel[grid](hd, wd, val, idx, m, v, k, s, **tiles, **launch)
+        _lm_head_argmax_tma_kernel[grid](hd, wd, val, idx, *row_args, m, v, k, s, **consts,
+                                         **launch)  # fmt: skip
     else:
         _lm_head_argmax_kernel[grid](
-            hidden, weight, val, idx, m, v, k, hidden.stride(0), weight.stride(0), s,
-            **tiles, **launch,
+            hidden, weight, val, idx, *row_args, m, v, k, hidden.stride(0), weight.stride(0), s,
+            **consts, **launch,
         )  # fmt: skip
     argmax_finalize_kernel[(m,)](val, idx, tokens, s, SP=triton.next_power_of_2(s))
     return tokens

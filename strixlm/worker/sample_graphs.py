@@ -11,7 +11,9 @@ the decode graph's hidden states. Two variants per size:
 - every row greedy: the LM head with an argmax epilogue (kernels/lm_head_argmax.py), so no
   logits are written or read back, then the append; the LM head + argmax pass where that
   kernel does not apply (float32 models, no Triton, STRIXLM_FUSED_GREEDY=0);
-- any temperatures: the LM head, then the sampler.
+- any temperatures: the LM head, then the sampler; or, opted in by STRIXLM_FUSED_SAMPLE=N
+  (up to N rows; not yet timed on a GPU), the LM head with a Gumbel-max epilogue, which
+  draws the sampler's tokens from the same noise without writing logits.
 Padded rows are sampled too (the dummy row's hidden state) but append nothing.
 
 Same tokens as the eager sampler: the Gumbel noise is keyed by (seed, position), and argmax
@@ -43,6 +45,8 @@ logger = logging.getLogger(__name__)
 SAMPLE_GRAPHS_DISABLED = os.environ.get("STRIXLM_DISABLE_SAMPLE_GRAPHS", "0") != "0"
 # STRIXLM_FUSED_GREEDY=0: greedy graphs write logits and run the argmax pass (A/B runs).
 FUSED_GREEDY = os.environ.get("STRIXLM_FUSED_GREEDY", "1") != "0"
+# STRIXLM_FUSED_SAMPLE=N: temperature graphs of up to N rows sample in the LM head's epilogue.
+FUSED_SAMPLE_MAX_ROWS = int(os.environ.get("STRIXLM_FUSED_SAMPLE", "0"))
 
 
 class SampleGraphs:
@@ -77,19 +81,25 @@ class SampleGraphs:
         """Sample the b padded rows and append the real rows' tokens: [b] int64."""
         rows = self.buffers.rows[:b]
         hidden = self.hidden[b]
-        if greedy and self.fused_greedy(hidden):
+        t = self.table
+        if greedy and self.fused(hidden):
             tokens = lm_head_argmax.lm_head_argmax(hidden, self.model.lm_head_weight())
+        elif not greedy and b <= FUSED_SAMPLE_MAX_ROWS and self.fused(hidden):
+            # Each row's temperature, seed and position read in the kernel by table row.
+            f, i = self.sampling.f, self.sampling.i
+            tokens = lm_head_argmax.lm_head_sample(
+                hidden, self.model.lm_head_weight(), rows, f[0], i[1], t.num_tokens
+            )
         else:
             logits = self.model.compute_logits(hidden, self.upcast_logits)
             md = self.sampling.gather(rows, self.table.num_tokens, all_greedy=greedy)
             tokens = self.sampler(logits, md).sampled_token_ids
-        t = self.table
         append_tokens(t.token_ids, t.num_tokens, rows, tokens, skip_row=t.dummy_row)
         return tokens
 
-    def fused_greedy(self, hidden: torch.Tensor) -> bool:
-        """Whether greedy rows take the LM head's argmax epilogue: Triton runs here and the
-        operands are half precision (float32 models keep the logits and the argmax pass)."""
+    def fused(self, hidden: torch.Tensor) -> bool:
+        """Whether the LM head's argmax / sampling epilogue can run: Triton runs here and the
+        operands are half precision (float32 models keep the logits and the sampler)."""
         if not FUSED_GREEDY or not use_triton(hidden):
             return False
         return lm_head_argmax.supported(hidden, self.model.lm_head_weight())
