@@ -367,10 +367,9 @@ class ModelRunner:
         prompt_lp = None
         host: _RowsHost | None = None
         if padded is not None or mixed is not None:
-            if mixed is None:
-                hidden = self.graphs.run(batch)  # one row per request, in order
-            else:
-                logits = self.mixed_graphs.run(batch)  # one row per request, in order
+            # One row per request, in order: the decode graphs' final hidden states, the
+            # mixed graphs' logits.
+            out = self.graphs.run(batch) if mixed is None else self.mixed_graphs.run(batch)
             if not idx:
                 return StepHandle([], [], None)  # prefill chunks only: nothing to sample
             greedy = None
@@ -382,14 +381,13 @@ class ModelRunner:
                 tokens = self.sample_graphs.run(padded, greedy)[: batch.num_reqs]
                 self.table.num_tokens_cpu[sample_rows] += 1
                 return StepHandle(rids, [None] * len(rids), SamplerOutput(tokens, None))
-            if mixed is None:  # the decode graphs stop at the hidden states
-                logits = self.model.compute_logits(hidden, self.upcast_logits)
             if not all_sample:
-                logits = logits[
+                out = out[
                     to_device(
                         [i for i, s in enumerate(batch.sample_mask) if s], self.device, torch.int32
                     ).long()
                 ]
+            logits = self.model.compute_logits(out, self.upcast_logits) if mixed is None else out
         else:
             md = self.model_state.prepare(self.table, batch)
             hidden = self.model(batch.input_ids, batch.positions, md)
