@@ -114,15 +114,14 @@ jobs += [(first, True, False), (wide, False, True), (wide, True, True)]
 for cfg, sample, tma in jobs:
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, enable_fp_fusion=not sample)
-    c = dict(K=1024, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PDL=True, SAMPLE=sample, PRECISE=True)
+    c = dict(K=1024, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PDL=True, SAMPLE=sample, PRECISE=True,
+             TMA=tma)
     if tma:
-        kern = l._lm_head_argmax_tma_kernel
-        sig = dict(h_desc=f"tensordesc<bf16[{bm},{bk}]>", w_desc=f"tensordesc<bf16[{bn},{bk}]>",
-                   val_ptr="*fp32", idx_ptr="*i32", **rows)
+        ops = dict(h=f"tensordesc<bf16[{bm},{bk}]>", w=f"tensordesc<bf16[{bn},{bk}]>")
     else:
-        kern = l._lm_head_argmax_kernel
-        sig = dict(h_ptr="*bf16", w_ptr="*bf16", val_ptr="*fp32", idx_ptr="*i32",
-                   stride_h="i32", stride_w="i32", **rows)
+        ops = dict(h="*bf16", w="*bf16")
+    sig = dict(**ops, val_ptr="*fp32", idx_ptr="*i32", **rows, stride_h="i32", stride_w="i32")
+    kern = l._lm_head_argmax_kernel
     k = triton.compile(ASTSource(kern, {**sig, **{n: "constexpr" for n in c}}, c),
                        target=target, options=opts)
     assert "mma" in k.asm["ptx"] and (not tma or "cp.async.bulk.tensor" in k.asm["ptx"]), cfg

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
+import triton  # noqa: E402
 from graph_timing import graph_time_us  # noqa: E402
 
 from strixlm.kernels import lm_head_argmax as lha  # noqa: E402
@@ -47,7 +48,7 @@ def configs(m: int) -> list[lha.LmHeadConfig]:
     vocabulary tiles, 4 or 8 warps (8 for tiles of 128 x 256 and up); tiles of 64 rows and
     up also with TMA loads."""
     out = []
-    bms = sorted({16, 32, 64, 128, 256} & set(range(16, max(16, triton_pow2(m)) + 1)))
+    bms = sorted({16, 32, 64, 128, 256} & set(range(16, max(16, triton.next_power_of_2(m)) + 1)))
     for bm, bn, bk, st, warps in itertools.product(bms, (128, 256), (64, 128), (3, 4), (4, 8)):
         smem = st * (bm + bn) * bk * 2
         if bm * bn > 128 * 256 or smem > 220 * 1024:
@@ -58,13 +59,6 @@ def configs(m: int) -> list[lha.LmHeadConfig]:
         if bm >= 64:  # the same tiles by TMA (wgmma needs 64-row tiles)
             out.append(lha.LmHeadConfig(bm, bn, bk, warps, st, tma=True))
     return out
-
-
-def triton_pow2(n: int) -> int:
-    p = 1
-    while p < n:
-        p *= 2
-    return p
 
 
 def time_rows(m, w, norm_w, table, token_ids, sampler, g, max_rows, sample: bool) -> dict:

@@ -123,8 +123,8 @@ if HAS_TRITON:
 
     @triton.jit(do_not_specialize=["M"])
     def _lm_head_argmax_kernel(
-        h_ptr,
-        w_ptr,
+        h,
+        w,
         val_ptr,
         idx_ptr,
         rows_ptr,
@@ -143,59 +143,34 @@ if HAS_TRITON:
         PDL: tl.constexpr,
         SAMPLE: tl.constexpr,
         PRECISE: tl.constexpr,
+        TMA: tl.constexpr,
     ):
+        """h, w: pointers, or with TMA tensor descriptors (strides then unread)."""
         pid_m = tl.program_id(0)
         pid_n = tl.program_id(1)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         offs_k = tl.arange(0, BLOCK_K)
-        ok_m = offs_m < M
-        ok_n = offs_n < V
-        h_rows = h_ptr + offs_m.to(tl.int64)[:, None] * stride_h
-        w_rows = w_ptr + offs_n.to(tl.int64)[:, None] * stride_w
+        if TMA:
+            dtype: tl.constexpr = h.dtype
+        else:
+            dtype: tl.constexpr = h.dtype.element_ty
+            h_rows = h + offs_m.to(tl.int64)[:, None] * stride_h
+            w_rows = w + offs_n.to(tl.int64)[:, None] * stride_w
         pdl_prologue(PDL)
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         for k in range(0, K, BLOCK_K):
-            kk = k + offs_k
-            a = tl.load(h_rows + kk[None, :], mask=ok_m[:, None] & (kk < K)[None, :], other=0.0)
-            b = tl.load(w_rows + kk[None, :], mask=ok_n[:, None] & (kk < K)[None, :], other=0.0)
+            if TMA:  # rows past M or V arrive as zeros
+                a = h.load([pid_m * BLOCK_M, k])
+                b = w.load([pid_n * BLOCK_N, k])
+            else:
+                kk = k + offs_k
+                a = tl.load(h_rows + kk[None, :], mask=(offs_m < M)[:, None] & (kk < K)[None, :],
+                            other=0.0)  # fmt: skip
+                b = tl.load(w_rows + kk[None, :], mask=(offs_n < V)[:, None] & (kk < K)[None, :],
+                            other=0.0)  # fmt: skip
             acc = tl.dot(a, b.T, acc)
-        _store_tile_best(acc, offs_m, offs_n, pid_n, M, V, S, val_ptr, idx_ptr,
-                         h_ptr.dtype.element_ty, rows_ptr, temp_ptr, seed_ptr, pos_ptr, SAMPLE,
-                         PRECISE)  # fmt: skip
-
-    @triton.jit(do_not_specialize=["M"])
-    def _lm_head_argmax_tma_kernel(
-        h_desc,
-        w_desc,
-        val_ptr,
-        idx_ptr,
-        rows_ptr,
-        temp_ptr,
-        seed_ptr,
-        pos_ptr,
-        M,
-        V,
-        K: tl.constexpr,
-        S,
-        BLOCK_M: tl.constexpr,
-        BLOCK_N: tl.constexpr,
-        BLOCK_K: tl.constexpr,
-        PDL: tl.constexpr,
-        SAMPLE: tl.constexpr,
-        PRECISE: tl.constexpr,
-    ):
-        pid_m = tl.program_id(0)
-        pid_n = tl.program_id(1)
-        pdl_prologue(PDL)
-        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        for k in range(0, K, BLOCK_K):  # rows past M or V arrive as zeros
-            a = h_desc.load([pid_m * BLOCK_M, k])
-            b = w_desc.load([pid_n * BLOCK_N, k])
-            acc = tl.dot(a, b.T, acc)
-        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        _store_tile_best(acc, offs_m, offs_n, pid_n, M, V, S, val_ptr, idx_ptr, h_desc.dtype,
+        _store_tile_best(acc, offs_m, offs_n, pid_n, M, V, S, val_ptr, idx_ptr, dtype,
                          rows_ptr, temp_ptr, seed_ptr, pos_ptr, SAMPLE, PRECISE)  # fmt: skip
 
 
@@ -248,15 +223,14 @@ def _launch(hidden, weight, cfg: LmHeadConfig | None, sample: tuple | None) -> t
     launch = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
                   enable_fp_fusion=sample is None)  # fmt: skip
     row_args = sample if sample is not None else (idx, val, idx, idx)  # unread: any pointers
-    if cfg.tma and k % cfg.block_k == 0 and tma_ready(hidden) and tma_ready(weight):
-        hd = TensorDescriptor.from_tensor(hidden, [cfg.block_m, cfg.block_k])
-        wd = TensorDescriptor.from_tensor(weight, [cfg.block_n, cfg.block_k])
-        _lm_head_argmax_tma_kernel[grid](hd, wd, val, idx, *row_args, m, v, k, s, **consts,
-                                         **launch)  # fmt: skip
-    else:
-        _lm_head_argmax_kernel[grid](
-            hidden, weight, val, idx, *row_args, m, v, k, hidden.stride(0), weight.stride(0), s,
-            **consts, **launch,
-        )  # fmt: skip
+    h, w = hidden, weight
+    tma = cfg.tma and k % cfg.block_k == 0 and tma_ready(hidden) and tma_ready(weight)
+    if tma:
+        h = TensorDescriptor.from_tensor(hidden, [cfg.block_m, cfg.block_k])
+        w = TensorDescriptor.from_tensor(weight, [cfg.block_n, cfg.block_k])
+    _lm_head_argmax_kernel[grid](
+        h, w, val, idx, *row_args, m, v, k, hidden.stride(0), weight.stride(0), s, TMA=tma,
+        **consts, **launch,
+    )  # fmt: skip
     argmax_finalize_kernel[(m,)](val, idx, tokens, s, SP=triton.next_power_of_2(s))
     return tokens

@@ -43,7 +43,8 @@ from strixlm.worker.states import RequestStateTable
 logger = logging.getLogger(__name__)
 
 SAMPLE_GRAPHS_DISABLED = os.environ.get("STRIXLM_DISABLE_SAMPLE_GRAPHS", "0") != "0"
-# STRIXLM_FUSED_GREEDY=0: greedy graphs write logits and run the argmax pass (A/B runs).
+# STRIXLM_FUSED_GREEDY=0: no LM head epilogue at all (greedy graphs write logits and run
+# the argmax pass; STRIXLM_FUSED_SAMPLE is ignored), for A/B runs.
 FUSED_GREEDY = os.environ.get("STRIXLM_FUSED_GREEDY", "1") != "0"
 # STRIXLM_FUSED_SAMPLE=N: temperature graphs of up to N rows sample in the LM head's epilogue.
 FUSED_SAMPLE_MAX_ROWS = int(os.environ.get("STRIXLM_FUSED_SAMPLE", "0"))
