@@ -120,6 +120,11 @@ def test_sampling_graphs_take_the_fused_lm_head(tiny_qwen3_dir, monkeypatch, kin
 
     monkeypatch.setattr(sample_graphs, "use_triton", lambda t: True)
     monkeypatch.setattr(sample_graphs, "FUSED_SAMPLE_MAX_ROWS", 4)
+    # Wide vocabulary tiles: the interpreter's cost is per program (384 of the table's
+    # 128-column tiles over this vocabulary, 24 of these); the table's configs are checked
+    # against torch in test_lm_head_argmax.py.
+    wide = lm_head_argmax.LmHeadConfig(16, 2048, 64, 4, 1)
+    monkeypatch.setattr(lm_head_argmax, "config_for_rows", lambda m: wide)
     calls = []
     name = "lm_head_argmax" if kind == "greedy" else "lm_head_sample"
     real = getattr(lm_head_argmax, name)
