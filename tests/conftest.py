@@ -23,14 +23,19 @@ if os.environ.get("TRITON_INTERPRET") == "1":
 
 # One small cache for the whole session, so the GGUF converts once per CI run.
 os.environ.setdefault("STRIXLM_CACHE", str(Path.home() / ".cache" / "strixlm-test"))
-torch.set_num_threads(max(1, os.cpu_count() or 1))
+# pytest-xdist workers (pyproject's addopts) share the cores.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(max(1, (os.cpu_count() or 1) // _WORKERS))
 
 
 @pytest.fixture(scope="session")
 def smollm2_dir() -> str:
+    from cache_lock import cache_lock
+
     from strixlm.models.default_model import ensure_default_model
 
-    return str(ensure_default_model())
+    with cache_lock("default-model"):
+        return str(ensure_default_model())
 
 
 def _save_tiny(kind: str, out: Path, tokenizer_src: str) -> str:

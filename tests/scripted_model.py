@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from cache_lock import cache_lock
 
 VERSION = 1  # bump to retrain cached models after changing the recipe
 
@@ -357,8 +358,13 @@ def scripted_model_dir(tokenizer_src: str) -> str:
     """The trained model's folder, built once per recipe and cached under $STRIXLM_CACHE."""
     root = Path(os.environ.get("STRIXLM_CACHE", Path.home() / ".cache" / "strixlm"))
     final = root / "scripted-chat" / _fingerprint()
-    if (final / "config.json").exists():
-        return str(final)
+    with cache_lock("scripted-chat"):  # another worker building it: wait, then reuse
+        if not (final / "config.json").exists():
+            _build_into(final, tokenizer_src)
+    return str(final)
+
+
+def _build_into(final: Path, tokenizer_src: str) -> None:
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="building-", dir=final.parent))
     try:
@@ -372,4 +378,3 @@ def scripted_model_dir(tokenizer_src: str) -> str:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return str(final)
