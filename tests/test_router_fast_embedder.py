@@ -138,3 +138,34 @@ def test_table_is_cached(fast):
 def test_bad_head_settings_are_refused():
     with pytest.raises(ValueError, match="head_tokens"):
         FastEmbedder(full_tokens=8, head_tokens=16)
+
+
+def test_concurrent_starts_build_the_table_once(fast, tmp_path, monkeypatch):
+    """Two routers starting together: one builds the missing table, the other waits for it
+    and loads it instead of building its own."""
+    import threading
+    import time
+
+    from strixlm.router import embed_static
+
+    monkeypatch.setenv("STRIXLM_CACHE_DIR", str(tmp_path))  # an empty cache
+    builds = []
+
+    def slow_build(reference):
+        builds.append(threading.get_ident())
+        time.sleep(0.5)  # long enough for the other start to arrive mid-build
+        return np.zeros((4, 384), dtype=np.float16)
+
+    monkeypatch.setattr(embed_static, "build_table", slow_build)
+    tables = []
+    starts = [
+        threading.Thread(target=lambda r=r: tables.append(embed_static.load_table(fast.folder, r)))
+        for r in ("one", "two")
+    ]
+    for t in starts:
+        t.start()
+    for t in starts:
+        t.join()
+    assert len(builds) == 1 and len(tables) == 2
+    assert table_path(fast.folder).is_relative_to(tmp_path)
+    assert not list(tmp_path.rglob("*.tmp"))

@@ -18,6 +18,8 @@ import hashlib
 import logging
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +57,24 @@ def atomic_path(final: Path) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=final.name + ".", suffix=".tmp", dir=final.parent)
     os.close(fd)
     return Path(tmp)
+
+
+@contextmanager
+def build_lock(final: Path) -> Iterator[None]:
+    """Held while ``final`` is built: routers started together (or test workers) build a
+    missing artifact once; the others wait, then find it. Builds stay atomic without it."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: concurrent starts may each build (still atomically)
+        yield
+        return
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with open(final.with_name(final.name + ".lock"), "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _import_ort():
@@ -129,7 +149,9 @@ class OnnxEncoder:
         self.folder = Path(folder) if folder is not None else model_dir()
         self.path = cache_dir() / f"minilm-{model_key(self.folder, RECIPE)}.int8.onnx"
         if not self.path.is_file():
-            export_int8(self.folder, self.path)
+            with build_lock(self.path):
+                if not self.path.is_file():  # not built meanwhile by another process
+                    export_int8(self.folder, self.path)
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads or DEFAULT_THREADS
         opts.inter_op_num_threads = 1

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from strixlm.router.embed_onnx import atomic_path, cache_dir, model_key
+from strixlm.router.embed_onnx import atomic_path, build_lock, cache_dir, model_key
 
 RECIPE = "static-v1"
 FIRST_WORD_ID = 1996  # BERT uncased: ids below are [PAD], [unusedN], specials, single chars
@@ -116,18 +116,19 @@ def table_path(folder: Path) -> Path:
 def load_table(folder: Path, reference=None) -> np.ndarray:
     """The cached table for the model in ``folder``; built (with ``reference``) when missing."""
     path = table_path(folder)
-    if path.is_file():
-        try:
-            return np.load(path)
-        except (OSError, ValueError):
-            path.unlink(missing_ok=True)  # a damaged file: rebuild below
-    if reference is None:
-        from strixlm.router.embedder import Embedder
+    with build_lock(path):  # another process building it: wait, then load its table
+        if path.is_file():
+            try:
+                return np.load(path)
+            except (OSError, ValueError):
+                path.unlink(missing_ok=True)  # a damaged file: rebuild below
+        if reference is None:
+            from strixlm.router.embedder import Embedder
 
-        reference = Embedder(folder)
-    table = build_table(reference)
-    tmp = atomic_path(path)
-    with open(tmp, "wb") as f:
-        np.save(f, table)
-    os.replace(tmp, path)
-    return table
+            reference = Embedder(folder)
+        table = build_table(reference)
+        tmp = atomic_path(path)
+        with open(tmp, "wb") as f:
+            np.save(f, table)
+        os.replace(tmp, path)
+        return table
