@@ -168,6 +168,34 @@ def test_logprobs(client):
         assert 2 <= len(top) <= 3 and tok in top
 
 
+def test_logit_bias(client, tiny_llama_dir):
+    """OpenAI's logit_bias: +100 makes a token win even when sampling at temperature 1, in
+    chat and completions; a bias on one token leaves the rest of the choice to the model."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_llama_dir)
+    cat = tok.encode(" cat", add_special_tokens=False)[-1]
+    forced = client.completions.create(
+        model="tiny", prompt="Once upon a time", max_tokens=3, temperature=1.0, seed=1,
+        logit_bias={str(cat): 100}, extra_body={"ignore_eos": True},
+    )  # fmt: skip
+    assert forced.choices[0].text == tok.decode([cat] * 3)
+    stream = client.chat.completions.create(
+        model="tiny", messages=CHAT, max_tokens=3, temperature=0.0, stream=True,
+        logit_bias={str(cat): 100}, extra_body={"ignore_eos": True},
+    )  # fmt: skip
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == tok.decode(
+        [cat] * 3
+    )
+    # Banning the greedy token (every id that spells it): the answer is another one.
+    kw = dict(model="tiny", prompt=[5, 6, 7], max_tokens=1, temperature=0.0)
+    first = client.completions.create(**kw).choices[0].text
+    spelled = tok.batch_decode([[i] for i in range(len(tok))])
+    ban = {str(i): -100 for i, text in enumerate(spelled) if text == first}
+    assert ban
+    assert client.completions.create(**kw, logit_bias=ban).choices[0].text != first
+
+
 def test_stop_strings(client):
     kw = dict(model="tiny", prompt="The weather today is", max_tokens=16, temperature=0.0)
     base = client.completions.create(**kw, extra_body={"ignore_eos": True}).choices[0].text
@@ -206,6 +234,9 @@ def _assert_error(err: openai.APIStatusError, status: int, param: str | None = N
         (dict(n=0), "n"),
         (dict(prompt=12), "prompt"),
         (dict(extra_body={"min_p": 3.0}), "min_p"),
+        (dict(logit_bias={"cat": 1}), "logit_bias"),
+        (dict(logit_bias={"5": 300}), "logit_bias"),
+        (dict(logit_bias={"99999999": 1}), None),  # outside the vocabulary
     ],
 )
 def test_bad_completion_requests(client, kwargs, param):

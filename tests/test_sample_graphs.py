@@ -75,8 +75,9 @@ def test_seeded_temperatures_match_the_eager_sampler(engines):
         {"repetition_penalty": 1.3},
         {"min_tokens": MAX_TOKENS, "stop_token_ids": [5]},
         {"top_k": 5, "temperature": 0.8, "seed": 3},
+        {"logit_bias": {7: 2.5, 100: -3.0}, "temperature": 0.7, "seed": 2},
     ],
-    ids=["logprobs", "penalty", "min_tokens", "top_k"],
+    ids=["logprobs", "penalty", "min_tokens", "top_k", "logit_bias"],
 )
 def test_other_features_take_the_eager_sampler(engines, extra):
     """A step with any row that needs more than temperatures is sampled eagerly, with the

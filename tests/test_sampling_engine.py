@@ -138,6 +138,16 @@ def test_bad_params_are_rejected_clearly(llm):
         _gen(llm, [[5] * 600], SamplingParams(max_tokens=4))
     with pytest.raises(ValueError, match="maximum context length"):
         _gen(llm, [[5] * 10], SamplingParams(max_tokens=600))
+    for bias, match in [
+        ({5: 101.0}, "logit_bias values"),
+        ({5: float("nan")}, "logit_bias values"),
+        ({"5": 1.0}, "logit_bias keys"),
+        ({True: 1.0}, "logit_bias keys"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            SamplingParams(logit_bias=bias)
+    with pytest.raises(ValueError, match="logit_bias token id 10000000"):
+        _gen(llm, [PROMPT], SamplingParams(max_tokens=2, logit_bias={10_000_000: 1.0}))
     # The engine still works and holds no blocks after rejections.
     assert llm.engine.core.kv_manager.usage == 0.0
     assert _gen(llm, [PROMPT], SamplingParams(max_tokens=2))[0].finished

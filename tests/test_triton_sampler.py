@@ -21,7 +21,11 @@ from strixlm.kernels import sampler as kern  # noqa: E402
 from strixlm.kernels import sampler_topp as ktp  # noqa: E402
 from strixlm.sample.logprobs import gather_logprobs, raw_logprobs  # noqa: E402
 from strixlm.sample.metadata import SamplingMetadata, SamplingRow  # noqa: E402
-from strixlm.sample.penalties import apply_penalties, apply_suppress_tokens  # noqa: E402
+from strixlm.sample.penalties import (  # noqa: E402
+    apply_logit_bias,
+    apply_penalties,
+    apply_suppress_tokens,
+)
 from strixlm.sample.random import gumbel_noise, hash_bits  # noqa: E402
 from strixlm.sample.sampler import Sampler, apply_top_k_top_p_min_p  # noqa: E402
 from strixlm.sample.triton_sampler import (  # noqa: E402
@@ -49,7 +53,8 @@ def run_both(logits: torch.Tensor, rows: list[SamplingRow], **kwargs):
 
 def reference_kept(logits: torch.Tensor, md: SamplingMetadata) -> tuple[torch.Tensor, torch.Tensor]:
     """([B, V] bool tokens the reference keeps (greedy rows: all), [B, V] scaled values)."""
-    x = apply_suppress_tokens(logits.float().clone(), md.suppress_token_ids)
+    x = apply_logit_bias(logits.float().clone(), md.logit_bias)
+    x = apply_suppress_tokens(x, md.suppress_token_ids)
     if not md.no_penalties:
         x = apply_penalties(x, md)
     greedy = md.temperature < 1e-5
@@ -243,6 +248,54 @@ def test_penalties_and_suppression() -> None:
     assert 7 not in out[::2].tolist()
     kept, scaled = reference_kept(logits, md)
     assert torch.equal(kernel_kept(scaled, ts), kept)
+
+
+def test_logit_bias_same_tokens_and_raw_logprobs() -> None:
+    """Biases go on the float32 values before penalties and filters, as in the reference;
+    +100 all but forces a token, -100 all but bans one; logprobs stay those of the raw
+    logits (vLLM's default); the caller's bf16 logits are left as they were."""
+    g = torch.Generator().manual_seed(9)
+    n, vocab = 8, 1500
+    logits = (torch.randn(n, vocab, generator=g) * 2).to(torch.bfloat16)
+    logits[:, 11] = 14.0  # every row's favourite, banned in some rows
+    before = logits.clone()
+
+    def rows(bias: bool) -> list[SamplingRow]:
+        biases = [{11: -100.0}, {42: 100.0}, {11: -100.0, 5: 3.5, vocab + 2: 9.0}, {7: 0.25}]
+        return [
+            SamplingRow(
+                temperature=[0.0, 0.9, 1.4][i % 3],
+                top_k=[0, 40][i % 2],
+                repetition_penalty=[1.0, 1.2][i % 2],
+                token_ids=[5, 11, 42],
+                prompt_len=1,
+                logit_bias=biases[i % 4] if bias and i < 6 else None,
+                seed=i,
+                position=3 * i,
+                num_logprobs=3,
+            )
+            for i in range(n)
+        ]
+
+    out, ref, md, ts = run_both(logits, rows(True))
+    assert len(md.logit_bias) == 6
+    assert torch.equal(out.sampled_token_ids, ref.sampled_token_ids)
+    tokens = out.sampled_token_ids.tolist()
+    assert tokens[1] == 42 and tokens[5] == 42  # +100 wins over the favourite's 14
+    assert 11 not in (tokens[0], tokens[2], tokens[4])  # -100 bans it
+    assert tokens[6] == 11  # the unbiased greedy row keeps it
+    kept, scaled = reference_kept(logits, md)
+    assert torch.equal(kernel_kept(scaled, ts), kept)
+    # Raw logprobs: the bias does not enter them, so the top ones are the unbiased run's
+    # and the sampled token's is its raw logprob.
+    unbiased, _, _, _ = run_both(logits, rows(False))
+    assert out.logprobs is not None and unbiased.logprobs is not None
+    assert torch.equal(out.logprobs.top_ids, unbiased.logprobs.top_ids)
+    assert torch.equal(out.logprobs.top_logprobs, unbiased.logprobs.top_logprobs)
+    raw = torch.log_softmax(logits.float(), dim=-1)
+    expect = raw.gather(1, out.sampled_token_ids[:, None])[:, 0]
+    torch.testing.assert_close(out.logprobs.sampled_logprobs, expect)
+    assert torch.equal(logits, before)
 
 
 def test_caller_logits_not_modified() -> None:

@@ -47,6 +47,11 @@ class InputProcessor:
             raise InvalidRequestError(f"token id {bad[0]} is out of range for vocab size {vocab}")
         if any(not 0 <= t < vocab for t in params.stop_token_ids):
             raise InvalidRequestError("stop_token_ids contains an id outside the vocabulary")
+        outside = [t for t in params.logit_bias or () if not 0 <= t < vocab]
+        if outside:
+            raise InvalidRequestError(
+                f"logit_bias token id {outside[0]} is out of range for vocab size {vocab}"
+            )
         self._check_thinking_budget(params)
         if params.max_tokens is None:
             params = dataclasses.replace(params, max_tokens=max_len - n_prompt)

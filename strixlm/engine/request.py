@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -36,6 +37,9 @@ class SamplingParams:
     # Needs reasoning_markers; the server fills them from --reasoning-parser.
     thinking_token_budget: int | None = None
     reasoning_markers: ReasoningMarkers | None = None
+    # Token id -> value added to its logit before penalties and sampling, as OpenAI's
+    # logit_bias (values in [-100, 100]; -100 all but bans a token, 100 all but forces it).
+    logit_bias: dict[int, float] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -44,6 +48,7 @@ class SamplingParams:
         self.stop_token_ids = list(self.stop_token_ids or [])
         if self.top_k == -1:
             self.top_k = 0
+        self.logit_bias = dict(self.logit_bias) if self.logit_bias else None
         self._validate()
 
     def _validate(self) -> None:
@@ -86,6 +91,15 @@ class SamplingParams:
             isinstance(budget, bool) or not isinstance(budget, int) or budget < 0
         ):
             bad(f"thinking_token_budget must be a non-negative integer, got {budget!r}")
+        for token, bias in (self.logit_bias or {}).items():
+            if isinstance(token, bool) or not isinstance(token, int):
+                bad(f"logit_bias keys must be token ids, got {token!r}")
+            if (
+                isinstance(bias, bool)
+                or not isinstance(bias, int | float)
+                or not (math.isfinite(bias) and -100.0 <= bias <= 100.0)
+            ):
+                bad(f"logit_bias values must be in [-100, 100], got {bias!r} for token {token}")
         if self.reasoning_markers is not None and not isinstance(
             self.reasoning_markers, ReasoningMarkers
         ):

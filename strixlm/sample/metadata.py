@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -28,6 +28,7 @@ class SamplingRow:
     token_ids: Sequence[int] = ()
     prompt_len: int = 0
     suppress_token_ids: Sequence[int] = ()
+    logit_bias: Mapping[int, float] | None = None  # token id -> added to its logit
     num_logprobs: int | None = None
 
     @property
@@ -68,6 +69,8 @@ class SamplingMetadata:
     prompt_lens: torch.Tensor | None  # [B] int64
     seq_lens: torch.Tensor | None  # [B] int64 valid length of each token_ids row
     suppress_token_ids: list[tuple[int, list[int]]] = field(default_factory=list)
+    # (batch index, token ids, biases): rows with a logit bias, added before penalties.
+    logit_bias: list[tuple[int, list[int], list[float]]] = field(default_factory=list)
     max_num_logprobs: int | None = None
     all_greedy: bool = False
     no_penalties: bool = True
@@ -125,6 +128,11 @@ class SamplingMetadata:
             seq_lens=seq_lens,
             suppress_token_ids=[
                 (i, list(r.suppress_token_ids)) for i, r in enumerate(rows) if r.suppress_token_ids
+            ],
+            logit_bias=[
+                (i, list(r.logit_bias), list(r.logit_bias.values()))
+                for i, r in enumerate(rows)
+                if r.logit_bias
             ],
             max_num_logprobs=max(requested) if requested else None,
             all_greedy=all(r.greedy for r in rows),

@@ -1,10 +1,38 @@
-"""Logit edits applied before sampling: forbidden tokens and repetition penalties."""
+"""Logit edits applied before sampling: logit biases, forbidden tokens and repetition
+penalties."""
 
 from __future__ import annotations
 
 import torch
 
 from strixlm.sample.metadata import SamplingMetadata
+
+
+def apply_logit_bias(
+    logits: torch.Tensor, logit_bias: list[tuple[int, list[int], list[float]]]
+) -> torch.Tensor:
+    """Add each row's biases to its float32 logits in place, with one indexed add (token
+    ids are distinct within a row; ids outside the vocabulary are skipped)."""
+    if not logit_bias:
+        return logits
+    vocab_size = logits.shape[-1]
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    for row, ids, biases in logit_bias:
+        for t, b in zip(ids, biases, strict=True):
+            if 0 <= t < vocab_size:
+                rows.append(row)
+                cols.append(t)
+                vals.append(b)
+    if rows:
+        # Pinned + non_blocking: a pageable host-to-device copy would wait for the GPU.
+        pin = logits.is_cuda
+        idx = torch.tensor([rows, cols], dtype=torch.int64, pin_memory=pin)
+        values = torch.tensor(vals, dtype=logits.dtype, pin_memory=pin)
+        r, c = idx.to(logits.device, non_blocking=True)
+        logits.index_put_((r, c), values.to(logits.device, non_blocking=True), accumulate=True)
+    return logits
 
 
 def apply_suppress_tokens(

@@ -12,7 +12,7 @@ import torch
 
 from strixlm.sample.logprobs import LogprobsTensors, gather_logprobs, raw_logprobs
 from strixlm.sample.metadata import SAMPLING_EPS, SamplingMetadata
-from strixlm.sample.penalties import apply_penalties, apply_suppress_tokens
+from strixlm.sample.penalties import apply_logit_bias, apply_penalties, apply_suppress_tokens
 from strixlm.sample.random import gumbel_noise
 
 
@@ -63,6 +63,7 @@ class Sampler(torch.nn.Module):
         logprobs = raw_logprobs(logits) if md.max_num_logprobs is not None else None
         # Work on a float32 copy: the caller's logits are never modified.
         logits = logits.to(torch.float32, copy=True)
+        logits = apply_logit_bias(logits, md.logit_bias)
         logits = apply_suppress_tokens(logits, md.suppress_token_ids)
         if not md.no_penalties:
             logits = apply_penalties(logits, md)

@@ -29,6 +29,7 @@ import torch
 
 from strixlm.sample.logprobs import LogprobsTensors, gather_logprobs, raw_logprobs
 from strixlm.sample.metadata import SamplingMetadata
+from strixlm.sample.penalties import apply_logit_bias
 from strixlm.sample.sampler import Sampler, SamplerOutput
 
 try:
@@ -470,9 +471,14 @@ class TritonSampler(torch.nn.Module):
             return self.reference(logits, md)
         if logits.stride(-1) != 1:
             logits = logits.contiguous()
-        stats, clear = mark_stats(self._stats, logits, md)
+        values = logits  # what the kernels sample from; logprobs stay on the raw logits
+        if md.logit_bias:
+            # The reference adds biases to its float32 copy: so do we, and the kernels'
+            # float32 conversion of these values is exact.
+            values = apply_logit_bias(logits.to(torch.float32, copy=True), md.logit_bias)
+        stats, clear = mark_stats(self._stats, values, md)
         tokens, self.last_thresholds = sample_tokens(
-            logits, md, stats, self.num_splits, self.block, self.topp_rejection
+            values, md, stats, self.num_splits, self.block, self.topp_rejection
         )
         clear()
         tokens = md.apply_forced(tokens)

@@ -70,6 +70,7 @@ class _RowsHost(NamedTuple):
     rows: np.ndarray
     flags: tuple[np.ndarray, np.ndarray, np.ndarray]  # SamplingTable.flags
     suppress: list[tuple[int, list[int]]]  # SamplingTable.suppressed
+    logit_bias: list[tuple[int, list[int], list[float]]]  # SamplingTable.biased
     budget: bool  # any row under a thinking budget
 
 
@@ -496,13 +497,14 @@ class ModelRunner:
             rows_np,
             sampling.flags(rows_np),
             sampling.suppressed(rows_np, table.num_tokens_cpu, table.info),
+            sampling.biased(rows_np),
             self.thinking.any_budget(rows_np),
         )
 
     def _graph_sample_kind(self, host: _RowsHost) -> bool | None:
         """Whether a decode step's rows can be sampled by a sampling graph, and which
         (True: all greedy, False: temperatures); None: the eager sampler."""
-        if self.sample_graphs is None or host.budget or host.suppress:
+        if self.sample_graphs is None or host.budget or host.suppress or host.logit_bias:
             return None
         return self.sampling.plain_kind(host.rows, host.flags)
 
@@ -510,7 +512,7 @@ class ModelRunner:
         table = self.table
         md = self.sampling.metadata(
             host.rows, rows_dev, table.num_tokens, table.num_tokens_cpu, table.token_ids,
-            host.suppress, host.flags,
+            host.suppress, host.flags, host.logit_bias,
         )  # fmt: skip
         if host.budget:
             # Decided on the device from the rows' persistent state (no host sync).

@@ -4,10 +4,10 @@ A decode graph (cuda_graphs.py) ends at the final hidden states. Projecting and 
 them eagerly costs the host some twenty launches a step (the LM head, gathers of the rows'
 sampling parameters, the sampler's scratch and kernels, the append into the state table),
 which is what bounds a small batch's step. For the common feature set (temperature only: no
-penalties, top-k / top-p / min-p, logprobs, min_tokens suppression or thinking budget) that
-tail is one more graph per padded size, reading only persistent buffers: the scheduled rows
-(input buffers), their temperature and seed (sampling table), their lengths (state table),
-the decode graph's hidden states. Two variants per size:
+penalties, top-k / top-p / min-p, logprobs, min_tokens suppression, logit bias or thinking
+budget) that tail is one more graph per padded size, reading only persistent buffers: the
+scheduled rows (input buffers), their temperature and seed (sampling table), their lengths
+(state table), the decode graph's hidden states. Two variants per size:
 - every row greedy: the LM head with an argmax epilogue (kernels/lm_head_argmax.py), so no
   logits are written or read back, then the append; the LM head + argmax pass where that
   kernel does not apply (float32 models, no Triton, STRIXLM_FUSED_GREEDY=0);

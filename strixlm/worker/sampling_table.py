@@ -28,6 +28,8 @@ class SamplingTable:
         self.i_cpu = np.zeros((len(_INT_COLS), num_rows), dtype=np.int64)
         self.min_tokens = np.zeros(num_rows, dtype=np.int64)
         self.num_logprobs = np.full(num_rows, -1, dtype=np.int64)
+        # Per row: (token ids, biases) of its logit_bias, None for most rows.
+        self.logit_bias: list[tuple[list[int], list[float]] | None] = [None] * num_rows
         self._pending: list[int] = []
 
     def add(self, row: int, info: RowInfo) -> None:
@@ -46,6 +48,8 @@ class SamplingTable:
         self.i_cpu[:, row] = (top_k, seed, info.prompt_len)
         self.min_tokens[row] = sp.min_tokens
         self.num_logprobs[row] = -1 if sp.logprobs is None else sp.logprobs
+        bias = sp.logit_bias
+        self.logit_bias[row] = (list(bias), [float(b) for b in bias.values()]) if bias else None
         self._pending.append(row)
 
     def flush(self) -> None:
@@ -109,6 +113,7 @@ class SamplingTable:
         token_ids: torch.Tensor,
         suppress: list[tuple[int, list[int]]],
         flags: tuple | None = None,
+        logit_bias: list[tuple[int, list[int], list[float]]] | None = None,
     ) -> SamplingMetadata:
         """Gather this step's rows and decide the skip flags on the host mirrors (flags:
         flags(rows), when the caller has them already). token_ids is the state table's
@@ -119,6 +124,7 @@ class SamplingTable:
             rows_dev,
             num_tokens_dev,
             suppress_token_ids=suppress,
+            logit_bias=logit_bias or [],
             max_num_logprobs=int(n_lp.max()) if (n_lp >= 0).any() else None,
             all_greedy=bool(greedy.all()),
             no_penalties=not penalties.any(),
@@ -131,6 +137,11 @@ class SamplingTable:
             md.seq_lens = md.positions
             md.prompt_lens = self.i[2, r]
         return md
+
+    def biased(self, rows: np.ndarray) -> list[tuple[int, list[int], list[float]]]:
+        """(batch index, token ids, biases) for the rows with a logit bias."""
+        bias = self.logit_bias
+        return [(b, *bias[r]) for b, r in enumerate(rows.tolist()) if bias[r] is not None]
 
     def suppressed(
         self, rows: np.ndarray, num_tokens_cpu: np.ndarray, infos: list[RowInfo]

@@ -54,6 +54,19 @@ def bad_value(e: ValueError, fields: dict) -> APIError:
     return APIError(msg, param=first if first in fields else None)
 
 
+def token_biases(logit_bias: dict[str, float] | None) -> dict[int, float] | None:
+    """OpenAI's logit_bias (JSON keys are strings: token ids written out) by token id."""
+    out = {}
+    for key, bias in (logit_bias or {}).items():
+        try:
+            out[int(key)] = bias
+        except ValueError:
+            raise APIError(
+                f"logit_bias keys must be token ids, got {key!r}", param="logit_bias"
+            ) from None
+    return out or None
+
+
 async def parse_body(raw: Request, model: type[M]) -> M:
     body = await raw.body()
     try:
@@ -143,8 +156,6 @@ class ServingBase:
         self.check_model(req.model)
         if self.client.dead:
             raise server_error(self.client.dead)
-        if req.logit_bias:
-            raise APIError("logit_bias is not supported", param="logit_bias")
 
     def sampling_params(
         self,
@@ -176,6 +187,7 @@ class ServingBase:
                 prompt_logprobs=prompt_logprobs,
                 include_stop_str_in_output=req.include_stop_str_in_output,
                 skip_special_tokens=req.skip_special_tokens,
+                logit_bias=token_biases(req.logit_bias),
             )
         except ValueError as e:
             raise bad_value(e, type(req).model_fields) from None
