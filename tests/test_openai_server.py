@@ -280,6 +280,50 @@ def test_unknown_fields_are_ignored(client):
     assert out.usage.completion_tokens == 2
 
 
+def test_retrieve_model(client):
+    card = client.models.retrieve("tiny")
+    assert card.id == "tiny" and card.object == "model"
+    with pytest.raises(openai.NotFoundError) as e:
+        client.models.retrieve("nope")
+    _assert_error(e.value, 404, "model")
+
+
+def test_tokenize_and_detokenize(client, server, tiny_llama_dir):
+    """vLLM's /tokenize and /detokenize: the tokenizer's ids for a prompt, and for chat
+    messages exactly the prompt a chat completion is charged for."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_llama_dir)
+    auth = {"Authorization": f"Bearer {API_KEY}"}
+
+    def post(path: str, body: dict) -> httpx.Response:
+        return httpx.post(server.url + path, json=body, headers=auth)
+
+    text = "Once upon a time, a cat"
+    r = post("/tokenize", {"model": "tiny", "prompt": text, "return_token_strs": True}).json()
+    assert r["tokens"] == tok.encode(text) and r["count"] == len(r["tokens"])
+    assert r["max_model_len"] == MAX_LEN
+    assert r["token_strs"] == tok.convert_ids_to_tokens(r["tokens"])
+    chat = post("/tokenize", {"messages": CHAT}).json()
+    billed = client.chat.completions.create(model="tiny", messages=CHAT, max_tokens=1)
+    assert chat["count"] == billed.usage.prompt_tokens and "token_strs" not in chat
+    back = post("/detokenize", {"model": "tiny", "tokens": r["tokens"]}).json()
+    assert back == {"prompt": tok.decode(r["tokens"])}
+
+    for path, body, param in [
+        ("/tokenize", {"prompt": "x", "messages": CHAT}, "prompt"),  # both
+        ("/tokenize", {}, "prompt"),  # neither
+        ("/tokenize", {"messages": [{"role": "user", "content": 5}]}, "messages"),
+        ("/detokenize", {"tokens": [1, 10_000_000]}, "tokens"),
+        ("/detokenize", {"tokens": ["a"]}, "tokens"),
+    ]:
+        r = post(path, body)
+        assert r.status_code == 400, (path, body, r.text)
+        assert r.json()["error"]["param"] == param
+    assert post("/detokenize", {"model": "nope", "tokens": [1]}).status_code == 404
+    assert httpx.post(server.url + "/tokenize", json={"prompt": "x"}).status_code == 401
+
+
 def test_api_key(server):
     bad = openai.OpenAI(base_url=server.url + "/v1", api_key="wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError) as e:

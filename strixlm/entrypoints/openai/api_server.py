@@ -27,6 +27,7 @@ from strixlm.entrypoints.openai.protocol import ModelCard, ModelList
 from strixlm.entrypoints.openai.serving import APIError, server_error
 from strixlm.entrypoints.openai.serving_chat import ServingChat
 from strixlm.entrypoints.openai.serving_completion import ServingCompletion
+from strixlm.entrypoints.openai.serving_tokenize import ServingTokenize
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ def build_app(
     metrics = ServerMetrics(client, client.info.name)
     chat = ServingChat(client, metrics, parsing)
     completion = ServingCompletion(client, metrics)
+    tokens = ServingTokenize(chat)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -91,12 +93,21 @@ def build_app(
 
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(check_api_key)])
 
+    def model_card() -> ModelCard:
+        info = client.info
+        return ModelCard(id=info.name, root=info.folder, max_model_len=info.max_model_len)
+
     @v1.get("/models")
     async def list_models() -> JSONResponse:
-        card = ModelCard(
-            id=client.info.name, root=client.info.folder, max_model_len=client.info.max_model_len
-        )
-        return JSONResponse(ModelList(data=[card]).model_dump())
+        return JSONResponse(ModelList(data=[model_card()]).model_dump())
+
+    @v1.get("/models/{model:path}")  # names may hold a slash (HuggingFaceTB/SmolLM2-...)
+    async def retrieve_model(model: str) -> Response:
+        try:
+            chat.check_model(model)
+        except APIError as e:
+            return e.response()
+        return JSONResponse(model_card().model_dump())
 
     @v1.post("/completions")
     async def completions(raw: Request) -> Response:
@@ -107,6 +118,15 @@ def build_app(
         return await _guard(chat.create, raw)
 
     app.include_router(v1)
+
+    # vLLM's tokenizer endpoints (outside /v1, as vLLM serves them), behind the same key.
+    @app.post("/tokenize", dependencies=[Depends(check_api_key)])
+    async def tokenize(raw: Request) -> Response:
+        return await _guard(tokens.tokenize, raw)
+
+    @app.post("/detokenize", dependencies=[Depends(check_api_key)])
+    async def detokenize(raw: Request) -> Response:
+        return await _guard(tokens.detokenize, raw)
 
     @app.get("/health")
     async def health() -> Response:

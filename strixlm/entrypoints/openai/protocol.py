@@ -123,6 +123,26 @@ class CompletionRequest(SamplingRequest):
     prompt_logprobs: StrictInt | None = None
 
 
+class TokenizeRequest(OpenAIBase):
+    """vLLM's /tokenize: a text prompt, or chat messages rendered by the chat template."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[dict[str, Any]] | None = None
+    # None: true for a prompt, false for messages (the template holds the special tokens).
+    add_special_tokens: bool | None = None
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    return_token_strs: bool = False
+
+
+class DetokenizeRequest(OpenAIBase):
+    model: str | None = None
+    tokens: list[StrictInt]
+
+
 # ---- responses -------------------------------------------------------------------------
 class PromptTokensDetails(OpenAIBase):
     cached_tokens: int = 0
@@ -277,6 +297,17 @@ class ModelCard(OpenAIBase):
     root: str | None = None
     parent: str | None = None
     max_model_len: int | None = None
+
+
+class TokenizeResponse(OpenAIBase):
+    count: int
+    max_model_len: int
+    tokens: list[int]
+    token_strs: list[str] | None = None
+
+
+class DetokenizeResponse(OpenAIBase):
+    prompt: str
 
 
 class ModelList(OpenAIBase):

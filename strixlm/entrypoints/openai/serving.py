@@ -73,6 +73,11 @@ async def parse_body(raw: Request, model: type[M]) -> M:
         data = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise APIError(f"We could not parse the JSON body of your request: {e}") from None
+    return validate(data, model)
+
+
+def validate(data, model: type[M]) -> M:
+    """data as the request model, or a 400 naming the first bad field."""
     try:
         return model.model_validate(data)
     except ValidationError as e:
