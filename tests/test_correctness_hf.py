@@ -31,8 +31,9 @@ BUDGETS = {"smollm2": (12, 26), "tiny_llama": (MAX_TOKENS, 40), "tiny_qwen3": (M
 LOGPROB_ATOL = 2e-3
 
 
-def hf_reference(folder: str, prompts: list[list[int]], max_tokens: int):
-    """Greedy continuation and per-step log-softmax from HF, one prompt at a time."""
+def hf_reference(folder: str, prompts: list[list[int]], max_tokens: int, **generate_kwargs):
+    """Greedy continuation and per-step log-softmax from HF, one prompt at a time
+    (generate_kwargs: more of generate's options, e.g. sequence_bias)."""
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     out = []
     for ids in prompts:
@@ -46,6 +47,7 @@ def hf_reference(folder: str, prompts: list[list[int]], max_tokens: int):
                 pad_token_id=0,
                 output_logits=True,
                 return_dict_in_generate=True,
+                **generate_kwargs,
             )
         toks = g.sequences[0, len(ids) :].tolist()
         lps = [torch.log_softmax(step[0].float(), -1) for step in g.logits]

@@ -4,9 +4,7 @@ biased and unbiased requests in one batch."""
 
 from __future__ import annotations
 
-import torch
-from test_correctness_hf import encode
-from transformers import AutoModelForCausalLM
+from test_correctness_hf import encode, hf_reference
 
 from strixlm.engine.request import SamplingParams
 from strixlm.entrypoints.llm import LLM
@@ -14,29 +12,18 @@ from strixlm.entrypoints.llm import LLM
 MAX_TOKENS = 8
 
 
-def hf_greedy(model, ids: list[int], bias: dict[int, float] | None) -> list[int]:
+def hf_greedy(folder: str, prompts: list[list[int]], bias: dict[int, float] | None):
     kw = {"sequence_bias": [[[t], b] for t, b in bias.items()]} if bias else {}
-    with torch.no_grad():
-        out = model.generate(
-            torch.tensor([ids]),
-            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-            max_new_tokens=MAX_TOKENS,
-            do_sample=False,
-            eos_token_id=None,
-            pad_token_id=0,
-            **kw,
-        )
-    return out[0, len(ids) :].tolist()
+    return [toks for toks, _ in hf_reference(folder, prompts, MAX_TOKENS, **kw)]
 
 
 def test_greedy_with_logit_bias_matches_hf(tiny_qwen3_dir):
-    model = AutoModelForCausalLM.from_pretrained(tiny_qwen3_dir, dtype=torch.float32).eval()
     prompts = encode(tiny_qwen3_dir)[:3]
-    plain = [hf_greedy(model, p, None) for p in prompts]
+    plain = hf_greedy(tiny_qwen3_dir, prompts, None)
     # Ban each prompt's first greedy token, push one of its later tokens down a little and
     # lift an unrelated token: the continuations change, and HF has to agree on how.
     bias = {plain[0][0]: -100.0, plain[1][0]: -100.0, plain[2][3]: -2.5, 1000: 3.0}
-    refs = [hf_greedy(model, p, bias) for p in prompts]
+    refs = hf_greedy(tiny_qwen3_dir, prompts, bias)
     assert all(r != p for r, p in zip(refs, plain, strict=True))
 
     llm = LLM(tiny_qwen3_dir, device="cpu", dtype="float32", max_model_len=256)
