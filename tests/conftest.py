@@ -28,14 +28,40 @@ _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 torch.set_num_threads(max(1, (os.cpu_count() or 1) // _WORKERS))
 
 
+# The longest modules on two cores (servers to boot, caches to build, interpreted engines)
+# start first, so that the two pytest-xdist workers finish together instead of one running
+# a long module alone at the end (pyproject's addopts keep this order: no reordering by
+# test count). The router's fast encoder (ONNX export, int8, static table) is built on a
+# cold cache by the first router module, in-process; the router servers come later and
+# find it.
+SLOW_MODULES_FIRST = (
+    "test_router_fast_embedder.py",
+    "test_chat_tools_server.py",
+    "test_prompt_logprobs.py",
+    "test_gguf_loader.py",
+    "test_triton_sampler.py",
+    "test_paged_decode.py",
+    "test_correctness_hf.py",
+    "test_router_e2e.py",
+    "test_openai_server.py",
+    "test_thinking_budget_server.py",
+    "test_hybrid_graphs.py",
+    "test_mixed_graphs.py",
+    "test_cli.py",
+    "test_sample_graphs.py",
+)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    rank = {name: i for i, name in enumerate(SLOW_MODULES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: others as found
+
+
 @pytest.fixture(scope="session")
 def smollm2_dir() -> str:
-    from cache_lock import cache_lock
-
     from strixlm.models.default_model import ensure_default_model
 
-    with cache_lock("default-model"):
-        return str(ensure_default_model())
+    return str(ensure_default_model())  # converted once, under a lock, by one worker
 
 
 def _save_tiny(kind: str, out: Path, tokenizer_src: str) -> str:

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from cache_lock import cache_lock
+
+from strixlm import file_lock
 
 VERSION = 1  # bump to retrain cached models after changing the recipe
 
@@ -358,7 +359,7 @@ def scripted_model_dir(tokenizer_src: str) -> str:
     """The trained model's folder, built once per recipe and cached under $STRIXLM_CACHE."""
     root = Path(os.environ.get("STRIXLM_CACHE", Path.home() / ".cache" / "strixlm"))
     final = root / "scripted-chat" / _fingerprint()
-    with cache_lock("scripted-chat"):  # another worker building it: wait, then reuse
+    with file_lock.exclusive(final):  # another worker building it: wait, then reuse
         if not (final / "config.json").exists():
             _build_into(final, tokenizer_src)
     return str(final)

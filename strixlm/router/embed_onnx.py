@@ -18,12 +18,11 @@ import hashlib
 import logging
 import os
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
+from strixlm import file_lock
 from strixlm.router.embedder import DIM, EmbedderUnavailable, model_dir
 
 RECIPE = "onnx-int8-v1"
@@ -57,24 +56,6 @@ def atomic_path(final: Path) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=final.name + ".", suffix=".tmp", dir=final.parent)
     os.close(fd)
     return Path(tmp)
-
-
-@contextmanager
-def build_lock(final: Path) -> Iterator[None]:
-    """Held while ``final`` is built: routers started together (or test workers) build a
-    missing artifact once; the others wait, then find it. Builds stay atomic without it."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: concurrent starts may each build (still atomically)
-        yield
-        return
-    final.parent.mkdir(parents=True, exist_ok=True)
-    with open(final.with_name(final.name + ".lock"), "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _import_ort():
@@ -149,7 +130,7 @@ class OnnxEncoder:
         self.folder = Path(folder) if folder is not None else model_dir()
         self.path = cache_dir() / f"minilm-{model_key(self.folder, RECIPE)}.int8.onnx"
         if not self.path.is_file():
-            with build_lock(self.path):
+            with file_lock.exclusive(self.path):
                 if not self.path.is_file():  # not built meanwhile by another process
                     export_int8(self.folder, self.path)
         opts = ort.SessionOptions()

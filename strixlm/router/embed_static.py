@@ -31,7 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from strixlm.router.embed_onnx import atomic_path, build_lock, cache_dir, model_key
+from strixlm import file_lock
+from strixlm.router.embed_onnx import atomic_path, cache_dir, model_key
 
 RECIPE = "static-v1"
 FIRST_WORD_ID = 1996  # BERT uncased: ids below are [PAD], [unusedN], specials, single chars
@@ -116,7 +117,7 @@ def table_path(folder: Path) -> Path:
 def load_table(folder: Path, reference=None) -> np.ndarray:
     """The cached table for the model in ``folder``; built (with ``reference``) when missing."""
     path = table_path(folder)
-    with build_lock(path):  # another process building it: wait, then load its table
+    with file_lock.exclusive(path):  # another process building it: wait, then load its table
         if path.is_file():
             try:
                 return np.load(path)
