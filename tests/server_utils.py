@@ -63,15 +63,18 @@ class CliServer:
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{label} exited with {self.proc.returncode}:\n{self.output()}")
+                out = self.output()
+                self.close()  # its engine process may still be starting
+                raise RuntimeError(f"{label} exited with {self.proc.returncode}:\n{out}")
             try:
                 if httpx.get(self.url + "/health", timeout=2).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
+                out = self.output()  # before close(), which deletes the log
                 self.close()
-                raise RuntimeError(f"{label} did not become healthy:\n{self.output()}")
+                raise RuntimeError(f"{label} did not become healthy in {timeout:.0f} s:\n{out}")
             time.sleep(0.3)
 
     def output(self) -> str:

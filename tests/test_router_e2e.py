@@ -106,7 +106,8 @@ def router_config(port_a: int, port_b: int, replay: Path) -> dict:
 
 
 class RemoteRouter(CliServer):
-    def __init__(self, config: Path, timeout: float = 120.0) -> None:
+    # A cold cache builds the fast encoder first (ONNX export, int8, the static table).
+    def __init__(self, config: Path, timeout: float = 300.0) -> None:
         super().__init__(
             ["router", "serve", "--config", str(config)],
             extra_env={"STRIXLM_TEST_B_KEY": B_KEY},
