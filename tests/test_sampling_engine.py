@@ -143,6 +143,7 @@ def test_bad_params_are_rejected_clearly(llm):
         ({5: float("nan")}, "logit_bias values"),
         ({"5": 1.0}, "logit_bias keys"),
         ({True: 1.0}, "logit_bias keys"),
+        ([(5, 1.0)], "logit_bias must map"),
     ]:
         with pytest.raises(ValueError, match=match):
             SamplingParams(logit_bias=bias)

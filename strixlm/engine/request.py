@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import enum
 import math
+import numbers
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from strixlm.engine.thinking_budget import ReasoningMarkers
@@ -48,8 +50,11 @@ class SamplingParams:
         self.stop_token_ids = list(self.stop_token_ids or [])
         if self.top_k == -1:
             self.top_k = 0
-        self.logit_bias = dict(self.logit_bias) if self.logit_bias else None
         self._validate()
+        if self.logit_bias:  # plain ints and floats from here on
+            self.logit_bias = {int(t): float(b) for t, b in self.logit_bias.items()}
+        else:
+            self.logit_bias = None
 
     def _validate(self) -> None:
         def bad(msg: str) -> None:
@@ -91,12 +96,15 @@ class SamplingParams:
             isinstance(budget, bool) or not isinstance(budget, int) or budget < 0
         ):
             bad(f"thinking_token_budget must be a non-negative integer, got {budget!r}")
+        if self.logit_bias is not None and not isinstance(self.logit_bias, Mapping):
+            bad(f"logit_bias must map token ids to biases, got {self.logit_bias!r}")
         for token, bias in (self.logit_bias or {}).items():
-            if isinstance(token, bool) or not isinstance(token, int):
+            # numbers.*: numpy and torch scalars are fine too.
+            if isinstance(token, bool) or not isinstance(token, numbers.Integral):
                 bad(f"logit_bias keys must be token ids, got {token!r}")
             if (
                 isinstance(bias, bool)
-                or not isinstance(bias, int | float)
+                or not isinstance(bias, numbers.Real)
                 or not (math.isfinite(bias) and -100.0 <= bias <= 100.0)
             ):
                 bad(f"logit_bias values must be in [-100, 100], got {bias!r} for token {token}")
