@@ -456,3 +456,10 @@ def test_greedy_chat_matches_offline_llm(default_server, smollm2_dir):
     assert got.usage.completion_tokens == len(want.outputs[0].token_ids)
     assert got.usage.prompt_tokens == len(want.prompt_token_ids)
     assert got.choices[0].finish_reason == want.outputs[0].finish_reason
+    # It answers to its Hugging Face id as well.
+    hf_id = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert oai.models.retrieve(hf_id).id == model
+    again = oai.chat.completions.create(
+        model=hf_id, messages=messages, temperature=0.0, max_tokens=10
+    )
+    assert again.choices[0].message.content == got.choices[0].message.content

@@ -17,6 +17,7 @@ from strixlm.engine.client import AsyncEngineClient, EngineDeadError
 from strixlm.engine.request import RequestOutput, SamplingParams
 from strixlm.entrypoints.openai.metrics import ServerMetrics
 from strixlm.entrypoints.openai.protocol import ErrorInfo, ErrorResponse, SamplingRequest
+from strixlm.models.default_model import DEFAULT_MODEL_ALIASES, DEFAULT_MODEL_NAME
 
 logger = logging.getLogger(__name__)
 
@@ -147,6 +148,9 @@ class ServingBase:
         self.model_names = {client.info.name}
         if client.config.model.model:
             self.model_names.add(client.config.model.model)
+        if client.info.name == DEFAULT_MODEL_NAME and not client.config.model.served_model_name:
+            # The embedded default model answers to its Hugging Face id too.
+            self.model_names |= DEFAULT_MODEL_ALIASES
 
     def check_model(self, name: str | None) -> None:
         if name is not None and name not in self.model_names:
