@@ -28,8 +28,10 @@ class SamplingTable:
         self.i_cpu = np.zeros((len(_INT_COLS), num_rows), dtype=np.int64)
         self.min_tokens = np.zeros(num_rows, dtype=np.int64)
         self.num_logprobs = np.full(num_rows, -1, dtype=np.int64)
-        # Per row: (token ids, biases) of its logit_bias, None for most rows.
+        # Per row: (token ids, biases) of its logit_bias, None for most rows; the rows that
+        # have one (or had, until reused), so a step without any skips the per-row scan.
         self.logit_bias: list[tuple[list[int], list[float]] | None] = [None] * num_rows
+        self._biased_rows: set[int] = set()
         self._pending: list[int] = []
 
     def add(self, row: int, info: RowInfo) -> None:
@@ -50,6 +52,10 @@ class SamplingTable:
         self.num_logprobs[row] = -1 if sp.logprobs is None else sp.logprobs
         bias = sp.logit_bias
         self.logit_bias[row] = (list(bias), [float(b) for b in bias.values()]) if bias else None
+        if bias:
+            self._biased_rows.add(row)
+        else:
+            self._biased_rows.discard(row)
         self._pending.append(row)
 
     def flush(self) -> None:
@@ -140,6 +146,8 @@ class SamplingTable:
 
     def biased(self, rows: np.ndarray) -> list[tuple[int, list[int], list[float]]]:
         """(batch index, token ids, biases) for the rows with a logit bias."""
+        if not self._biased_rows:
+            return []  # the common case: no per-row loop on the step path
         bias = self.logit_bias
         return [(b, *bias[r]) for b, r in enumerate(rows.tolist()) if bias[r] is not None]
 
