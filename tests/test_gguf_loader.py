@@ -157,16 +157,24 @@ def test_default_model_is_reused(
     assert ensure_default_model() == converted
 
 
-def test_resolve_gguf_file_and_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[Path] = []
+def fake_converter(calls: list[Path], delay: float = 0.0):
+    """A stand-in for convert_gguf_to_hf_folder: records its output folder, waits `delay`
+    seconds, then leaves a complete (marker-only) folder."""
+    import time
 
-    def fake_convert(src: Path, out: Path, marker: dict | None = None, **_: object) -> Path:
+    def convert(src: Path, out: Path, marker: dict | None = None, **_: object) -> Path:
         calls.append(Path(out))
+        time.sleep(delay)
         Path(out).mkdir(parents=True)
         (Path(out) / gguf_loader.COMPLETE_MARKER).write_text(json.dumps(marker))
         return Path(out)
 
-    monkeypatch.setattr(gguf_loader, "convert_gguf_to_hf_folder", fake_convert)
+    return convert
+
+
+def test_resolve_gguf_file_and_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[Path] = []
+    monkeypatch.setattr(gguf_loader, "convert_gguf_to_hf_folder", fake_converter(calls))
     src = tmp_path / "tiny.gguf"
     src.write_bytes(b"GGUF")
     cache = tmp_path / "cache"
@@ -185,18 +193,10 @@ def test_concurrent_starts_convert_once(tmp_path: Path, monkeypatch: pytest.Monk
     """Two servers starting together on a cold cache: one converts, the other waits for it
     and uses its folder (a second conversion's rename would pull the folder away)."""
     import threading
-    import time
 
-    calls: list[int] = []
-
-    def slow_convert(src: Path, out: Path, marker: dict | None = None, **_: object) -> Path:
-        calls.append(threading.get_ident())
-        time.sleep(0.5)  # the other start arrives mid-conversion
-        Path(out).mkdir(parents=True)
-        (Path(out) / gguf_loader.COMPLETE_MARKER).write_text(json.dumps(marker))
-        return Path(out)
-
-    monkeypatch.setattr(gguf_loader, "convert_gguf_to_hf_folder", slow_convert)
+    calls: list[Path] = []
+    # Slow enough that the other start arrives mid-conversion.
+    monkeypatch.setattr(gguf_loader, "convert_gguf_to_hf_folder", fake_converter(calls, 0.5))
     src = tmp_path / "tiny.gguf"
     src.write_bytes(b"GGUF")
     got: list[Path] = []
