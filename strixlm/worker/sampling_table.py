@@ -51,7 +51,7 @@ class SamplingTable:
         self.min_tokens[row] = sp.min_tokens
         self.num_logprobs[row] = -1 if sp.logprobs is None else sp.logprobs
         bias = sp.logit_bias
-        self.logit_bias[row] = (list(bias), [float(b) for b in bias.values()]) if bias else None
+        self.logit_bias[row] = (list(bias), list(bias.values())) if bias else None
         if bias:
             self._biased_rows.add(row)
         else:

@@ -103,10 +103,7 @@ def build_app(
 
     @v1.get("/models/{model:path}")  # names may hold a slash (HuggingFaceTB/SmolLM2-...)
     async def retrieve_model(model: str) -> Response:
-        try:
-            chat.check_model(model)
-        except APIError as e:
-            return e.response()
+        chat.check_model(model)  # an unknown name: the app's APIError handler answers 404
         return JSONResponse(model_card().model_dump())
 
     @v1.post("/completions")
