@@ -99,6 +99,10 @@ def test_table_covers_every_row_count():
     seen = [lha.config_for_rows(m) for m in (1, 16, 17, 64, 65, 256, 512, 4096)]
     assert all(isinstance(c, lha.LmHeadConfig) for c in seen)
     assert seen[-1] == lha._TABLE[-1][1]  # past the table: its last config
+    assert not any(c.tma for c in seen)
+    tma = [lha.config_for_rows(m, tma=True) for m in (1, 64, 96, 97, 224, 4096)]
+    assert tma[:2] == seen[:1] + [lha.config_for_rows(64)]  # pointer loads below 96 rows
+    assert all(c.tma for c in tma[2:]) and tma[-1] == lha._TMA_TABLE[-1][1]
 
 
 AOT = r"""
@@ -108,9 +112,9 @@ rows = dict(rows_ptr="*i32", temp_ptr="*fp32", seed_ptr="*i64", pos_ptr="*i32", 
             V="i32", S="i32")
 first = l._TABLE[0][1]
 wide = l.LmHeadConfig(128, 256, 64, 8, 3)
-# The table's configs greedy (what ships), the sampling epilogue and the TMA loader once.
-jobs = [(c, False, False) for c in {c for _, c in l._TABLE}]
-jobs += [(first, True, False), (wide, False, True), (wide, True, True)]
+# Both tables' configs greedy (what ships), the sampling epilogue and TMA sampling once.
+jobs = [(c, False, c.tma) for c in {c for _, c in l._TABLE + l._TMA_TABLE}]
+jobs += [(first, True, False), (wide, True, True)]
 for cfg, sample, tma in jobs:
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, enable_fp_fusion=not sample)

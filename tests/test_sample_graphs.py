@@ -125,7 +125,7 @@ def test_sampling_graphs_take_the_fused_lm_head(tiny_qwen3_dir, monkeypatch, kin
     # 128-column tiles over this vocabulary, 24 of these); the table's configs are checked
     # against torch in test_lm_head_argmax.py.
     wide = lm_head_argmax.LmHeadConfig(16, 2048, 64, 4, 1)
-    monkeypatch.setattr(lm_head_argmax, "config_for_rows", lambda m: wide)
+    monkeypatch.setattr(lm_head_argmax, "config_for_rows", lambda m, tma=False: wide)
     calls = []
     name = "lm_head_argmax" if kind == "greedy" else "lm_head_sample"
     real = getattr(lm_head_argmax, name)

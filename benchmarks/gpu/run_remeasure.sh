@@ -85,6 +85,8 @@
 #   lmheadsample the temperature tail against the LM head with a Gumbel-max epilogue
 #           (bench_lm_head_argmax.py --sample; STRIXLM_FUSED_SAMPLE is opt-in until measured)
 #   fusedcheck greedy tokens of the fused LM head argmax vs the unfused tail (check_decode_paths)
+#   lmtmaab the workload with the fused LM head's TMA table on / off (STRIXLM_LM_HEAD_TMA),
+#           alternating, three pairs
 #   fusedab the workload with the fused greedy tail on / off, alternating, three pairs
 #   lmhead  the greedy tail (LM head + greedy sampling graph) against the LM head with an
 #           argmax epilogue (bench_lm_head_argmax.py): config sweep and token check per M
@@ -352,6 +354,11 @@ fi
 if has fusedab; then  # the workload with STRIXLM_FUSED_GREEDY=1 / 0, alternating
   run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_FUSED_GREEDY tp_fg on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
+fi
+if has lmtmaab; then  # the workload with STRIXLM_LM_HEAD_TMA=1 / 0, alternating
+  run tp_warm 100 $TP --model qwen3-0.6b
+  ab_tp STRIXLM_LM_HEAD_TMA tp_lt on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
+  grep "strixlm  " "$OUT"/tp_lt_*.log
 fi
 if has tmagemm; then
   run sweep_tma 420 python benchmarks/gpu/sweep_tma_gemm.py --json "$OUT/sweep_tma_gemm.json"

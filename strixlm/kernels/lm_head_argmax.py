@@ -24,6 +24,8 @@ from the persistent tables by state-table row, so a sampling graph needs no gath
 
 from __future__ import annotations
 
+import functools
+import os
 from dataclasses import dataclass
 
 import torch
@@ -63,13 +65,32 @@ _TABLE: list[tuple[int, LmHeadConfig]] = [
     (192, LmHeadConfig(64, 128, 64, 4, 3)),
     (512, LmHeadConfig(128, 256, 64, 8, 3)),
 ]
+# Hopper and later: from 96 rows, where the GEMM turns compute-bound, tiles loaded by TMA
+# were faster (bench_lm_head_argmax.py, H200, 2026-12-02; fused tail at the table's config
+# -> TMA's best): 96.7 -> 94.6 us at 96 rows, 100.4 -> 97.2 at 128, 149.7 -> 146.7 at 160,
+# 152.6 -> 142.9 at 192, 167.4 -> 149.9 at 224, 166.6 -> 145.2 at 256.
+_TMA_TABLE: list[tuple[int, LmHeadConfig]] = _TABLE[:3] + [
+    (96, LmHeadConfig(128, 256, 64, 8, 4, tma=True)),
+    (128, LmHeadConfig(128, 128, 64, 4, 3, tma=True)),
+    (192, LmHeadConfig(64, 256, 64, 4, 4, tma=True)),
+    (224, LmHeadConfig(256, 128, 64, 8, 4, tma=True)),
+    (512, LmHeadConfig(128, 256, 64, 8, 3, tma=True)),
+]
+# STRIXLM_LM_HEAD_TMA=0 keeps the pointer-load table on Hopper too (A/B runs).
+TMA_ENABLED = os.environ.get("STRIXLM_LM_HEAD_TMA", "1") != "0"
 
 
-def config_for_rows(m: int) -> LmHeadConfig:
-    for up_to, cfg in _TABLE:
+def config_for_rows(m: int, tma: bool = False) -> LmHeadConfig:
+    table = _TMA_TABLE if tma else _TABLE
+    for up_to, cfg in table:
         if m <= up_to:
             return cfg
-    return _TABLE[-1][1]
+    return table[-1][1]
+
+
+@functools.lru_cache(maxsize=None)
+def _has_tma(device: torch.device) -> bool:
+    return TMA_ENABLED and torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def supported(hidden: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -209,7 +230,7 @@ def _launch(hidden, weight, cfg: LmHeadConfig | None, sample: tuple | None) -> t
     tokens = torch.empty(m, dtype=torch.int64, device=hidden.device)
     if m == 0:
         return tokens
-    cfg = cfg or config_for_rows(m)
+    cfg = cfg or config_for_rows(m, tma=hidden.is_cuda and _has_tma(hidden.device))
     s = triton.cdiv(v, cfg.block_n)
     val = torch.empty((m, s), dtype=torch.float32, device=hidden.device)
     idx = torch.empty((m, s), dtype=torch.int32, device=hidden.device)
