@@ -88,7 +88,7 @@ def config_for_rows(m: int, tma: bool = False) -> LmHeadConfig:
     return table[-1][1]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _has_tma(device: torch.device) -> bool:
     return TMA_ENABLED and torch.cuda.get_device_capability(device)[0] >= 9
 
