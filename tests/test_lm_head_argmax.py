@@ -103,6 +103,9 @@ def test_table_covers_every_row_count():
     tma = [lha.config_for_rows(m, tma=True) for m in (1, 64, 96, 97, 224, 4096)]
     assert tma[:2] == seen[:1] + [lha.config_for_rows(64)]  # pointer loads below 96 rows
     assert all(c.tma for c in tma[2:]) and tma[-1] == lha._TMA_TABLE[-1][1]
+    sample = [lha.config_for_rows(m, tma=True, sample=True) for m in (32, 33, 256)]
+    assert not sample[0].tma and sample[1].tma and sample[2] == lha._SAMPLE_TMA_TABLE[-1][1]
+    assert lha.fused_sample_max_rows(torch.device("cpu")) == 32
 
 
 AOT = r"""
@@ -112,9 +115,10 @@ rows = dict(rows_ptr="*i32", temp_ptr="*fp32", seed_ptr="*i64", pos_ptr="*i32", 
             V="i32", S="i32")
 first = l._TABLE[0][1]
 wide = l.LmHeadConfig(128, 256, 64, 8, 3)
-# Both tables' configs greedy (what ships), the sampling epilogue and TMA sampling once.
+# Every table's configs with the epilogue they ship with, and pointer-load sampling once.
 jobs = [(c, False, c.tma) for c in {c for _, c in l._TABLE + l._TMA_TABLE}]
-jobs += [(first, True, False), (wide, True, True)]
+jobs += [(c, True, c.tma) for c in {c for _, c in l._SAMPLE_TMA_TABLE}]
+jobs += [(first, True, False), (wide, True, False)]
 for cfg, sample, tma in jobs:
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, enable_fp_fusion=not sample)

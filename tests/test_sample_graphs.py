@@ -99,8 +99,8 @@ def test_other_features_take_the_eager_sampler(engines, extra):
 @pytest.mark.parametrize("kind", ["greedy", "temperatures"])
 def test_sampling_graphs_take_the_fused_lm_head(tiny_qwen3_dir, monkeypatch, kind):
     """In half precision with Triton (here the interpreter, as on CUDA) the greedy variant
-    runs the LM head with an argmax epilogue, and with STRIXLM_FUSED_SAMPLE the temperature
-    variant the LM head with a Gumbel-max epilogue, instead of logits + the sampler: the
+    runs the LM head with an argmax epilogue, and by default (up to 32 rows off Hopper) the
+    temperature variant the LM head with a Gumbel-max epilogue, instead of logits + the sampler: the
     same tokens as the engine without graphs, which projects and samples eagerly."""
     from strixlm.kernels import lm_head_argmax
     from strixlm.worker import sample_graphs
@@ -120,12 +120,11 @@ def test_sampling_graphs_take_the_fused_lm_head(tiny_qwen3_dir, monkeypatch, kin
         return llm
 
     monkeypatch.setattr(sample_graphs, "use_triton", lambda t: True)
-    monkeypatch.setattr(sample_graphs, "FUSED_SAMPLE_MAX_ROWS", 4)
     # Wide vocabulary tiles: the interpreter's cost is per program (384 of the table's
     # 128-column tiles over this vocabulary, 24 of these); the table's configs are checked
     # against torch in test_lm_head_argmax.py.
     wide = lm_head_argmax.LmHeadConfig(16, 2048, 64, 4, 1)
-    monkeypatch.setattr(lm_head_argmax, "config_for_rows", lambda m, tma=False: wide)
+    monkeypatch.setattr(lm_head_argmax, "config_for_rows", lambda m, **_: wide)
     calls = []
     name = "lm_head_argmax" if kind == "greedy" else "lm_head_sample"
     real = getattr(lm_head_argmax, name)

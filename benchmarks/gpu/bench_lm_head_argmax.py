@@ -124,7 +124,7 @@ def time_rows(m, w, norm_w, table, token_ids, sampler, g, max_rows, sample: bool
         t = per_launch(lambda cfg=cfg: fused(cfg))
         if t < best[0]:
             best = (t, cfg)
-    dflt = lha.config_for_rows(m, tma=lha._has_tma(dev))  # what the engine launches
+    dflt = lha.config_for_rows(m, tma=lha._has_tma(dev), sample=sample)  # the engine's pick
     t_default = per_launch(lambda: fused(dflt))
     gb = V * H * 2 / 1e9
     print(

@@ -76,12 +76,21 @@ _TMA_TABLE: list[tuple[int, LmHeadConfig]] = _TABLE[:3] + [
     (224, LmHeadConfig(256, 128, 64, 8, 4, tma=True)),
     (512, LmHeadConfig(128, 256, 64, 8, 3, tma=True)),
 ]
+# The Gumbel-max epilogue's own picks on Hopper (bench_lm_head_argmax.py --sample, H200,
+# 2026-12-02; LM head + sampler -> fused): 100.0 -> 87.3 us at 1 row, 128.3 -> 95.2 at 32,
+# 158.9 -> 125.6 at 64, 210.7 -> 181.4 at 128, 347.2 -> 321.8 at 256. The greedy configs
+# from 64 rows spill with the noise in the epilogue (145-1114 us there).
+_SAMPLE_TMA_TABLE: list[tuple[int, LmHeadConfig]] = _TABLE[:2] + [
+    (64, LmHeadConfig(64, 128, 128, 8, 4, tma=True)),
+    (128, LmHeadConfig(128, 128, 128, 8, 3, tma=True)),
+    (512, LmHeadConfig(128, 128, 64, 8, 4, tma=True)),
+]
 # STRIXLM_LM_HEAD_TMA=0 keeps the pointer-load table on Hopper too (A/B runs).
 TMA_ENABLED = os.environ.get("STRIXLM_LM_HEAD_TMA", "1") != "0"
 
 
-def config_for_rows(m: int, tma: bool = False) -> LmHeadConfig:
-    table = _TMA_TABLE if tma else _TABLE
+def config_for_rows(m: int, tma: bool = False, sample: bool = False) -> LmHeadConfig:
+    table = (_SAMPLE_TMA_TABLE if sample else _TMA_TABLE) if tma else _TABLE
     for up_to, cfg in table:
         if m <= up_to:
             return cfg
@@ -91,6 +100,12 @@ def config_for_rows(m: int, tma: bool = False) -> LmHeadConfig:
 @functools.cache
 def _has_tma(device: torch.device) -> bool:
     return TMA_ENABLED and torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def fused_sample_max_rows(device: torch.device) -> int:
+    """Rows up to which lm_head_sample beat the LM head + sampler: every row count with the
+    TMA table, up to 32 rows with pointer loads (measured there; above, unmeasured)."""
+    return 1 << 30 if device.type == "cuda" and _has_tma(device) else 32
 
 
 def supported(hidden: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -230,7 +245,8 @@ def _launch(hidden, weight, cfg: LmHeadConfig | None, sample: tuple | None) -> t
     tokens = torch.empty(m, dtype=torch.int64, device=hidden.device)
     if m == 0:
         return tokens
-    cfg = cfg or config_for_rows(m, tma=hidden.is_cuda and _has_tma(hidden.device))
+    hopper = hidden.is_cuda and _has_tma(hidden.device)
+    cfg = cfg or config_for_rows(m, tma=hopper, sample=sample is not None)
     s = triton.cdiv(v, cfg.block_n)
     val = torch.empty((m, s), dtype=torch.float32, device=hidden.device)
     idx = torch.empty((m, s), dtype=torch.int32, device=hidden.device)

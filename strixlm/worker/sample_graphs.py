@@ -11,9 +11,10 @@ scheduled rows (input buffers), their temperature and seed (sampling table), the
 - every row greedy: the LM head with an argmax epilogue (kernels/lm_head_argmax.py), so no
   logits are written or read back, then the append; the LM head + argmax pass where that
   kernel does not apply (float32 models, no Triton, STRIXLM_FUSED_GREEDY=0);
-- any temperatures: the LM head, then the sampler; or, opted in by STRIXLM_FUSED_SAMPLE=N
-  (up to N rows; not yet timed on a GPU), the LM head with a Gumbel-max epilogue, which
-  draws the sampler's tokens from the same noise without writing logits.
+- any temperatures: the LM head with a Gumbel-max epilogue, which draws the sampler's
+  tokens from the same noise without writing logits, at the row counts where it measured
+  faster (every size on Hopper, up to 32 rows elsewhere; STRIXLM_FUSED_SAMPLE=N: up to N);
+  the LM head, then the sampler, above them or where the kernel does not apply.
 Padded rows are sampled too (the dummy row's hidden state) but append nothing.
 
 Same tokens as the eager sampler: the Gumbel noise is keyed by (seed, position), and argmax
@@ -46,8 +47,10 @@ SAMPLE_GRAPHS_DISABLED = os.environ.get("STRIXLM_DISABLE_SAMPLE_GRAPHS", "0") !=
 # STRIXLM_FUSED_GREEDY=0: no LM head epilogue at all (greedy graphs write logits and run
 # the argmax pass; STRIXLM_FUSED_SAMPLE is ignored), for A/B runs.
 FUSED_GREEDY = os.environ.get("STRIXLM_FUSED_GREEDY", "1") != "0"
-# STRIXLM_FUSED_SAMPLE=N: temperature graphs of up to N rows sample in the LM head's epilogue.
-FUSED_SAMPLE_MAX_ROWS = int(os.environ.get("STRIXLM_FUSED_SAMPLE", "0"))
+# STRIXLM_FUSED_SAMPLE=N: temperature graphs of up to N rows sample in the LM head's epilogue
+# (0: none). Unset: the row counts where it measured faster (lm_head_argmax).
+_FUSED_SAMPLE_ENV = os.environ.get("STRIXLM_FUSED_SAMPLE")
+FUSED_SAMPLE_MAX_ROWS = int(_FUSED_SAMPLE_ENV) if _FUSED_SAMPLE_ENV else None
 
 
 class SampleGraphs:
@@ -85,7 +88,7 @@ class SampleGraphs:
         t = self.table
         if greedy and self.fused(hidden):
             tokens = lm_head_argmax.lm_head_argmax(hidden, self.model.lm_head_weight())
-        elif not greedy and b <= FUSED_SAMPLE_MAX_ROWS and self.fused(hidden):
+        elif not greedy and b <= self._fused_sample_rows(hidden) and self.fused(hidden):
             # Each row's temperature, seed and position read in the kernel by table row.
             f, i = self.sampling.f, self.sampling.i
             tokens = lm_head_argmax.lm_head_sample(
@@ -97,6 +100,12 @@ class SampleGraphs:
             tokens = self.sampler(logits, md).sampled_token_ids
         append_tokens(t.token_ids, t.num_tokens, rows, tokens, skip_row=t.dummy_row)
         return tokens
+
+    @staticmethod
+    def _fused_sample_rows(hidden: torch.Tensor) -> int:
+        if FUSED_SAMPLE_MAX_ROWS is not None:
+            return FUSED_SAMPLE_MAX_ROWS
+        return lm_head_argmax.fused_sample_max_rows(hidden.device)
 
     def fused(self, hidden: torch.Tensor) -> bool:
         """Whether the LM head's argmax / sampling epilogue can run: Triton runs here and the
