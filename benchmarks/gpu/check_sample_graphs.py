@@ -3,7 +3,8 @@
 Two engines on one GPU (Qwen3-0.6B shape, dummy bf16 weights): one samples decode steps
 in the sampling graphs (worker/sample_graphs.py), the other with those graphs removed, so
 every step samples eagerly. Same requests: greedy rows, seeded temperatures, mixed in one
-batch, at batch sizes that pad. Every token must agree.
+batch, at batch sizes that pad (200 rows: the LM head's 96-256-row configs too). Every
+token must agree.
 
 python benchmarks/gpu/check_sample_graphs.py   (exits 1 on a mismatch)
 """
@@ -26,7 +27,7 @@ MODEL = os.path.join(
 def requests(n: int) -> tuple[list[list[int]], list[SamplingParams]]:
     prompts, params = [], []
     for i in range(n):
-        prompts.append([(17 * i + 31 * j) % 50_000 + 1 for j in range(20 + 13 * i)])
+        prompts.append([(17 * i + 31 * j) % 50_000 + 1 for j in range(20 + 13 * (i % 64))])
         temp = (0.0, 0.7, 1.0)[i % 3]
         # Output lengths differ, so the batch shrinks through padded sizes.
         params.append(
@@ -41,7 +42,7 @@ def main() -> None:
         device="cuda",
         dtype="bfloat16",
         skip_tokenizer_init=True,
-        max_num_seqs=64,
+        max_num_seqs=256,
         gpu_memory_utilization=0.3,
         max_model_len=2048,
     )
@@ -52,7 +53,7 @@ def main() -> None:
     sg = graph_llm.engine.core.runner.sample_graphs
     assert sg is not None, "no sampling graphs (STRIXLM_DISABLE_SAMPLE_GRAPHS set?)"
     ok = True
-    for n, greedy_only in ((37, False), (8, True), (1, False)):
+    for n, greedy_only in ((200, False), (37, False), (8, True), (1, False)):
         prompts, params = requests(n)
         if greedy_only:
             params = [SamplingParams(temperature=0, max_tokens=p.max_tokens, ignore_eos=True)
