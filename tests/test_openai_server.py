@@ -271,6 +271,13 @@ def test_unknown_model_and_malformed_json(client, server):
         r = httpx.post(server.url + "/v1/completions", content=body, headers=headers)
         assert r.status_code == 400, r.text
         assert r.json()["error"]["type"] == "invalid_request_error"
+    # Python's and pydantic's JSON readers take NaN / Infinity; sampling must not.
+    for field in ("temperature", "repetition_penalty"):
+        for value in ("NaN", "Infinity"):
+            body = f'{{"model": "tiny", "prompt": "hi", "max_tokens": 2, "{field}": {value}}}'
+            r = httpx.post(server.url + "/v1/completions", content=body, headers=headers)
+            assert r.status_code == 400, r.text
+            assert r.json()["error"]["param"] == field
 
 
 def test_unknown_fields_are_ignored(client):

@@ -134,6 +134,10 @@ def test_repetition_penalty_matches_hf(tiny_llama_dir, llm):
 def test_bad_params_are_rejected_clearly(llm):
     with pytest.raises(ValueError, match="top_p"):
         SamplingParams(top_p=1.5)
+    for name in ("temperature", "repetition_penalty", "top_p", "presence_penalty"):
+        for value in (float("nan"), float("inf")):
+            with pytest.raises(ValueError, match=f"{name} must be a finite number"):
+                SamplingParams(**{name: value})
     with pytest.raises(ValueError, match="maximum context length"):
         _gen(llm, [[5] * 600], SamplingParams(max_tokens=4))
     with pytest.raises(ValueError, match="maximum context length"):

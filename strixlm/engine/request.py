@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 from strixlm.engine.thinking_budget import ReasoningMarkers
 
 MAX_TOP_LOGPROBS = 20
+_FLOAT_FIELDS = (
+    "temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty",
+    "repetition_penalty",
+)  # fmt: skip
 
 
 @dataclass
@@ -62,6 +66,11 @@ class SamplingParams:
 
         if self.n < 1:
             bad(f"n must be at least 1, got {self.n}")
+        # NaN fails no comparison below and inf would pass some (JSON parsers accept both).
+        for name in _FLOAT_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, numbers.Real) and not math.isfinite(value):
+                bad(f"{name} must be a finite number, got {value}")
         if self.temperature < 0:
             bad(f"temperature must be non-negative, got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
