@@ -7,8 +7,10 @@ Tests run in file order and share the processes; the last ones kill the backends
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -241,6 +243,52 @@ def test_named_model_passes_through(client):
     with pytest.raises(openai.BadRequestError) as ei:
         client.chat.completions.create(model="auto", messages=[])
     assert "messages" in ei.value.body["message"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_client_that_leaves_cancels_the_upstream_request(stack, stream):
+    """A non-streamed answer only comes at the end, so the router must notice on its own
+    that its client left: the backend then aborts the request instead of generating its
+    max_tokens for nobody, holding the batch slots. A stream stops at its next chunk."""
+    router, backends, _ = stack
+    backend = backends["a"]
+    running, done = "strixlm:num_requests_running", "strixlm:request_success_total"
+    before = backend.metrics()
+    assert metric(before, running) == 0.0
+    n, max_tokens = 4, 180
+    body = json.dumps(
+        {
+            "model": "tiny-a",
+            "messages": [{"role": "user", "content": "hi"}],
+            "n": n,
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "temperature": 0.0,
+            "stream": stream,
+        }
+    ).encode()
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", router.port), timeout=30) as sock:
+        sock.sendall(head + body)
+        deadline = time.monotonic() + 60
+        while metric(backend.metrics(), running) < n:  # the backend is generating
+            assert time.monotonic() < deadline, "the request never reached the backend"
+            time.sleep(0.05)
+    deadline = time.monotonic() + 30
+    while metric(after := backend.metrics(), running) > 0:
+        assert time.monotonic() < deadline, "the backend kept generating after the client left"
+        time.sleep(0.1)
+    aborted = metric(after, done, finished_reason="abort") - metric(
+        before, done, finished_reason="abort"
+    )
+    assert aborted == n
+    gen = metric(after, "strixlm:generation_tokens_total") - metric(
+        before, "strixlm:generation_tokens_total"
+    )
+    assert gen < n * max_tokens
 
 
 def test_jailbreak_gets_fast_response(client):

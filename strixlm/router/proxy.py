@@ -131,6 +131,9 @@ class ProxyCall:
             await resp.aclose()
             self._failed(attempts, ep, _kind(e), _detail(e), t0)
             return None
+        except BaseException:  # cancelled (the client left): drop the upstream connection
+            await resp.aclose()
+            raise
         elapsed = time.perf_counter() - t0
         try:
             parsed = json.loads(data) if data else None

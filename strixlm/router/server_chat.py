@@ -12,6 +12,7 @@ import asyncio
 import logging
 import secrets
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -19,6 +20,7 @@ from urllib.parse import quote
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from strixlm.client_disconnect import unless_disconnected
 from strixlm.router.api_errors import APIError, json_body, require_object
 from strixlm.router.config import AUTO, ModelRef
 from strixlm.router.config_plugins import LatencySelection
@@ -130,11 +132,24 @@ async def handle_chat(runtime: RouterRuntime, raw: Request) -> Response:
     body = parse_chat_request(await json_body(raw))
     req = ChatRequest(runtime, runtime.state, body, dict(raw.headers))
     req.headers["x-vsr-request-id"] = req.request_id
-    if req.model == AUTO:
-        resp = await route_auto(req)
-    else:
-        resp = await pass_through(req)
+    work = route_auto(req) if req.model == AUTO else pass_through(req)
+    resp = await unless_client_leaves(raw, req, work)
     resp.headers.update(req.headers)
+    return resp
+
+
+async def unless_client_leaves(
+    raw: Request, req: ChatRequest, work: Coroutine[Any, Any, Response]
+) -> Response:
+    """work's response, or, if the client disconnects first, work cancelled: that closes the
+    upstream connection, so the backend aborts the request instead of generating for nobody.
+    A stream, once it has begun, is Starlette's to stop: it ends the body iterator, which
+    closes the upstream response."""
+    resp = await unless_disconnected(raw, work)
+    if resp is None:
+        logger.info("%s: client disconnected, upstream request cancelled", req.request_id)
+        req.record(status=499, error="client disconnected")
+        return Response(status_code=499)  # nobody is there to read it
     return resp
 
 

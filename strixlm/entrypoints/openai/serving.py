@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from typing import TypeVar
 
 from fastapi import Request
@@ -22,7 +22,6 @@ from strixlm.models.default_model import DEFAULT_MODEL_ALIASES, DEFAULT_MODEL_NA
 logger = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
-T = TypeVar("T")
 
 
 class APIError(Exception):
@@ -230,31 +229,6 @@ class ServingBase:
     def done(self, request_id: str, num_unfinished: int) -> None:
         if self.metrics is not None:
             self.metrics.on_done(request_id, num_unfinished)
-
-
-async def wait_disconnect(raw: Request) -> None:
-    """Returns when the client goes away (the body must have been read already)."""
-    while True:
-        message = await raw.receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
-async def unless_disconnected(raw: Request, work: Awaitable[T]) -> T | None:
-    """Run a non-streaming handler; cancel it (aborting its requests) if the client leaves."""
-    task = asyncio.ensure_future(work)
-    watch = asyncio.ensure_future(wait_disconnect(raw))
-    try:
-        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watch.cancel()
-        if not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-    if task.cancelled():
-        logger.debug("client disconnected; request cancelled")
-        return None
-    return task.result()
 
 
 def stream_error_event(e: Exception) -> str:

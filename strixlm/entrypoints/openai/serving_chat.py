@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from strixlm.client_disconnect import unless_disconnected
 from strixlm.engine.client import EngineDeadError
 from strixlm.engine.request import MAX_TOP_LOGPROBS, SamplingParams, TokenLogprob
 from strixlm.engine.thinking_budget import ReasoningMarkers
@@ -62,7 +63,6 @@ from strixlm.entrypoints.openai.serving import (
     server_error,
     sse,
     stream_error_event,
-    unless_disconnected,
 )
 from strixlm.parsers.reasoning import get_reasoning_parser
 from strixlm.parsers.tools import get_tool_parser

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from strixlm.client_disconnect import unless_disconnected
 from strixlm.engine.client import EngineDeadError
 from strixlm.engine.request import TokenLogprob
 from strixlm.entrypoints.openai.protocol import (
@@ -30,7 +31,6 @@ from strixlm.entrypoints.openai.serving import (
     server_error,
     sse,
     stream_error_event,
-    unless_disconnected,
 )
 from strixlm.entrypoints.openai.serving_chat import clamp_logprob, usage
 
