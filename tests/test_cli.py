@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +25,7 @@ BAD_FLAGS = [
     (["serve", "--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization"),
     (["serve", "--max-num-batched-tokens", "lots"], "--max-num-batched-tokens"),
     (["serve", "--dtype", "int3"], "--dtype"),
+    (["serve", "--port", "99999"], "--port"),
 ]
 
 
@@ -43,6 +45,22 @@ def test_bad_flags_name_the_flag(bad_flag_runs, args, flag):
     assert r.returncode == 2
     assert flag in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_port_in_use_fails_before_the_model_loads(tiny_llama_dir):
+    """The socket is bound first: a taken port is a one-line error naming the flag, not a
+    traceback after a (possibly minutes-long) model load."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        r = run_cli("serve", tiny_llama_dir, "--device", "cpu", "--port", port)
+        router = run_cli("router", "serve", "--port", port)
+    for run in (r, router):
+        assert run.returncode == 2, run.stderr
+        assert f"--port {port}: cannot listen on 127.0.0.1" in run.stderr
+        assert "Traceback" not in run.stderr
+    assert "starting engine" not in r.stderr
 
 
 def test_generate_runs_offline(tiny_llama_dir):

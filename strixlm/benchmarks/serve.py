@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field
 import aiohttp
 import numpy as np
 
+from strixlm.cli_args import port_number
+
 # Token ids are drawn from this range: valid for any real vocabulary (and our tiny tests').
 _ID_LOW, _ID_HIGH = 100, 5000
 
@@ -27,7 +29,7 @@ _ID_LOW, _ID_HIGH = 100, 5000
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base-url", default=None, help="e.g. http://127.0.0.1:8000 (overrides host)")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=port_number, default=8000)
     p.add_argument("--model", default=None, help="default: the first model of /v1/models")
     p.add_argument(
         "--endpoint",

@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 
+from strixlm.cli_args import port_number
 from strixlm.config import EngineConfig
 
 
@@ -200,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="OpenAI-compatible HTTP server")
     add_engine_args(serve)
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--port", type=port_number, default=8000)
     serve.add_argument("--api-key", default=None)
     serve.add_argument("--log-stats-interval", type=float, default=10.0)
     add_chat_parsing_args(serve)

@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from strixlm.cli_args import listen_socket, port_number
+
 STARTER = Path(__file__).with_name("starter.yaml")
 
 
@@ -95,12 +97,19 @@ def router_serve(
     from strixlm.router.server import run_router
     from strixlm.router.server_state import RouterRuntime
 
+    host, port = host or cfg.server.host, port or cfg.server.port
     try:
-        runtime = RouterRuntime(cfg, config)  # builds every signal: problems before binding
-    except RouterConfigError as e:
-        _print_problems(e.messages, config, "serve", err)
+        sock = listen_socket(host, port)
+    except ValueError as e:
+        print(f"strixlm router serve: {e}", file=err)
         return 2
-    run_router(runtime, host or cfg.server.host, port or cfg.server.port)
+    with sock:
+        try:
+            runtime = RouterRuntime(cfg, config)  # builds every signal (may take a while)
+        except RouterConfigError as e:
+            _print_problems(e.messages, config, "serve", err)
+            return 2
+        run_router(runtime, host, port, sock)
     return 0
 
 
@@ -139,16 +148,6 @@ def router_eval(
         Path(json_out).write_text(json.dumps(report.to_json(), indent=1))
         print(f"wrote {json_out}", file=out)
     return 0
-
-
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--port must be an integer, got {text!r}") from None
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"--port must be in 1..65535, got {port}")
-    return port
 
 
 def _serve_cmd(args: argparse.Namespace) -> None:
@@ -194,7 +193,7 @@ def add_router_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--config", default=None, help="router YAML; default: route all to 127.0.0.1:8000"
     )
     serve.add_argument("--host", default=None, help="default: server.host of the config")
-    serve.add_argument("--port", type=_port, default=None, help="default: server.port")
+    serve.add_argument("--port", type=port_number, default=None, help="default: server.port")
     serve.set_defaults(func=_serve_cmd)
 
     ev = rsub.add_parser("eval", help="accuracy of a config on a labelled routing set")

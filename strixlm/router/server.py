@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -111,9 +112,11 @@ def _exit_on_sigterm(signum, frame) -> None:
     raise SystemExit(0)
 
 
-def run_router(runtime: RouterRuntime, host: str, port: int) -> None:
+def run_router(
+    runtime: RouterRuntime, host: str, port: int, sock: socket.socket | None = None
+) -> None:
     """Serves until SIGINT/SIGTERM (build the runtime first: that is where a config whose
-    signals cannot be built is refused)."""
+    signals cannot be built is refused), on sock if given (already bound to host:port)."""
     import uvicorn
 
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
@@ -130,4 +133,4 @@ def run_router(runtime: RouterRuntime, host: str, port: int) -> None:
     )
     source = runtime.state.source or "default"
     logger.info("router serving at http://%s:%d/v1 (config: %s)", host, port, source)
-    server.run()
+    server.run(sockets=[sock] if sock is not None else None)

@@ -165,6 +165,7 @@ def run_server(
     """`strixlm serve`: load, start the engine, then serve until SIGINT/SIGTERM."""
     import uvicorn
 
+    from strixlm.cli_args import listen_socket
     from strixlm.engine.model_info import load_model_info
     from strixlm.entrypoints.cli import CLIError
 
@@ -174,6 +175,10 @@ def run_server(
     interval = getattr(args, "log_stats_interval", 10.0)
     # <= 0 turns the periodic stats line off (the client's loop always runs: make it idle).
     config.log_stats_interval_s = interval if interval > 0 else 1e9
+    try:
+        sock = listen_socket(args.host, args.port)
+    except ValueError as e:
+        raise CLIError(str(e)) from None
     try:
         info = load_model_info(config.model)
     except (ValueError, OSError) as e:
@@ -199,6 +204,7 @@ def run_server(
         )
         logger.info("serving %s at http://%s:%d/v1", info.name, args.host, args.port)
         # uvicorn handles SIGINT/SIGTERM: graceful stop, then the lifespan shuts the engine.
-        server.run()
+        server.run(sockets=[sock])
     finally:
         client.shutdown()
+        sock.close()
