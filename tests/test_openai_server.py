@@ -258,6 +258,27 @@ def test_bad_chat_requests(client):
         with pytest.raises(openai.BadRequestError) as e:
             client.chat.completions.create(model="tiny", **kw)
         _assert_error(e.value, 400)
+    named = [
+        (dict(messages=[{"role": "user", "content": [{"type": "text"}]}]), "messages.0.content"),
+        # vLLM refuses a request's own template unless the server trusts them; so do we.
+        (dict(messages=CHAT, extra_body={"chat_template": "{{ messages }}"}), "chat_template"),
+    ]
+    for kw, param in named:
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(model="tiny", **kw)
+        _assert_error(e.value, 400, param)
+
+
+def test_tool_call_turn_with_null_content(client):
+    """OpenAI's shape of a conversation after a tool call: the assistant turn has content
+    null. Templates that read message['content'] (Llama's, this model's) must still render."""
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    history = CHAT + [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "42"},
+    ]
+    out = client.chat.completions.create(model="tiny", messages=history, max_tokens=2)
+    assert out.usage.completion_tokens == 2
 
 
 def test_unknown_model_and_malformed_json(client, server):

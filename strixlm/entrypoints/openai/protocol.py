@@ -104,6 +104,7 @@ class ChatCompletionRequest(SamplingRequest):
     response_format: dict[str, Any] | None = None
     # vLLM extras
     chat_template_kwargs: dict[str, Any] | None = None
+    chat_template: str | None = None  # refused: the server applies the model's own
     include_reasoning: bool = True
     add_generation_prompt: bool = True
     continue_final_message: bool = False

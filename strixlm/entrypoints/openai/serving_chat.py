@@ -221,15 +221,29 @@ class ServingChat(ServingBase):
                 "continue_final_message and add_generation_prompt cannot both be true",
                 param="continue_final_message",
             )
+        if req.chat_template is not None:  # vLLM too refuses them unless told to trust them
+            raise APIError(
+                "chat_template in a request is not supported: the server applies the model's "
+                "chat template",
+                param="chat_template",
+            )
         messages = []
         for i, m in enumerate(req.messages):
             d = m.model_dump(exclude_none=True)
+            # An assistant turn that only calls tools has content null; templates read
+            # message['content'] regardless, so it is "" for them.
+            d["content"] = "" if m.content is None else m.content
             if isinstance(m.content, list):
                 texts = []
                 for part in m.content:
-                    if part.type != "text" or part.text is None:
+                    if part.type != "text":
                         raise APIError(
                             f"content part type {part.type!r} is not supported (text only)",
+                            param=f"messages.{i}.content",
+                        )
+                    if part.text is None:
+                        raise APIError(
+                            "a content part of type 'text' needs a 'text' string",
                             param=f"messages.{i}.content",
                         )
                     texts.append(part.text)
