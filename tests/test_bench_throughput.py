@@ -104,6 +104,23 @@ def test_dummy_padded_generate_subset(tiny_model: str, capsys) -> None:
     assert result["memory_floor"]["floor_output_tok_s"] > 0
 
 
+def test_sampled_workload_is_seeded(tiny_model: str) -> None:
+    """--temperature samples each request with its own seed: two runs give the same tokens,
+    which differ from the greedy ones."""
+    argv = "--device cpu --num-prompts 4 --input-len-range 3 8 --output-len-range 6 6".split()
+
+    def tokens(*extra: str) -> list:
+        return throughput.run(_args("--model", tiny_model, *argv, *extra))["strixlm"][
+            "sample_token_ids"
+        ]
+
+    sampled = tokens("--temperature", "1.0")
+    assert sampled == tokens("--temperature", "1.0")
+    assert sampled != tokens()
+    with pytest.raises(SystemExit, match="--compare runs the peer greedy"):
+        throughput.run(_args("--model", tiny_model, "--temperature", "1", "--compare", "hf"))
+
+
 @pytest.mark.parametrize("bad", ["7", "0", "sixteen"])
 def test_bad_block_size_is_a_flag_error(bad: str, capsys) -> None:
     with pytest.raises(SystemExit) as e:

@@ -87,6 +87,8 @@
 #   fusedcheck greedy tokens of the fused LM head argmax vs the unfused tail (check_decode_paths)
 #   lmtmaab the workload with the fused LM head's TMA table on / off (STRIXLM_LM_HEAD_TMA),
 #           alternating, three pairs
+#   sampleab the workload sampled at temperature 1 (seeded), the temperature graphs sampling
+#           in the LM head's epilogue (the default) / not (STRIXLM_FUSED_SAMPLE=0), alternating
 #   fusedab the workload with the fused greedy tail on / off, alternating, three pairs
 #   lmhead  the greedy tail (LM head + greedy sampling graph) against the LM head with an
 #           argmax epilogue (bench_lm_head_argmax.py): config sweep and token check per M
@@ -359,6 +361,14 @@ if has lmtmaab; then  # the workload with STRIXLM_LM_HEAD_TMA=1 / 0, alternating
   run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_LM_HEAD_TMA tp_lt on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
   grep "strixlm  " "$OUT"/tp_lt_*.log
+fi
+if has sampleab; then  # sampled workload: Gumbel-max epilogue (default) vs LM head + sampler
+  run tp_warm 100 $TP --model qwen3-0.6b --temperature 1.0
+  for v in on1: off1:0 on2: off2:0 on3: off3:0; do
+    STRIXLM_FUSED_SAMPLE=${v#*:} run "tp_fs_${v%%:*}" 100 $TP --model qwen3-0.6b \
+      --temperature 1.0 --output-json "$OUT/tp_fs_${v%%:*}.json"
+  done
+  grep "strixlm  " "$OUT"/tp_fs_*.log
 fi
 if has tmagemm; then
   run sweep_tma 420 python benchmarks/gpu/sweep_tma_gemm.py --json "$OUT/sweep_tma_gemm.json"

@@ -77,6 +77,12 @@ def add_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="auto: the model dtype; fp8: e4m3 with per-layer scales (the floor then counts "
         "1-byte KV)",
     )
+    a(
+        "--temperature",
+        type=float,
+        default=0.0,
+        help="0: greedy (the standard workload); above: seeded random sampling per request",
+    )
     a("--compare", choices=["hf"], default=None, help="also run this peer on the same requests")
     a("--hf-mode", choices=["auto", "cb", "generate"], default="auto", help=HF_MODE_HELP)
     a("--hf-max-batch-tokens", type=int, default=None, help="default: HF's own choice")
@@ -139,8 +145,12 @@ def run_strixlm(
     )
 
     def params(w: Workload) -> list[SamplingParams]:
+        t = args.temperature
         return [
-            SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in w.output_lens
+            SamplingParams(
+                temperature=t, seed=args.seed + i if t > 0 else None, max_tokens=n, ignore_eos=True
+            )
+            for i, n in enumerate(w.output_lens)
         ]
 
     try:
@@ -366,6 +376,10 @@ def _run_peer(
 
 
 def run(args: argparse.Namespace) -> dict:
+    if args.temperature < 0:
+        raise SystemExit(f"--temperature must be non-negative, got {args.temperature}")
+    if args.temperature > 0 and args.compare:
+        raise SystemExit("--compare runs the peer greedy: leave --temperature at 0 with it")
     folder, load_format = resolve_model(args.model, args.load_format)
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
