@@ -7,6 +7,7 @@ import json
 import os
 import signal
 
+import httpx
 import pytest
 from server_utils import RemoteServer
 
@@ -62,17 +63,35 @@ def test_bench_serve_poisson_chat(server, tmp_path):
 
 
 def test_sigterm_stops_server_and_engine(server):
+    """SIGTERM to the whole process group, as GNU timeout and systemd send it, while a
+    request streams: the engine leaves the shutdown to the server, which finishes the
+    request, then stops the engine; nothing is reported leaked or dead."""
     engine = server.engine_pid()
     assert engine is not None
-    server.proc.send_signal(signal.SIGTERM)
+    body = {"model": server_model_name(server), "prompt": "hi", "max_tokens": 60,
+            "ignore_eos": True, "stream": True}  # fmt: skip
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    with httpx.stream(
+        "POST", server.url + "/v1/completions", json=body, headers=headers, timeout=60
+    ) as r:
+        lines = r.iter_lines()
+        assert next(line for line in lines if line.startswith("data: "))
+        os.killpg(server.proc.pid, signal.SIGTERM)
+        rest = [line for line in lines if line]
+    assert rest[-1] == "data: [DONE]" and not any("error" in line for line in rest), rest[-3:]
     assert server.proc.wait(timeout=30) == 0, server.output()
-    assert "Application shutdown complete" in server.output()
+    out = server.output()
+    assert "Application shutdown complete" in out
+    assert "leaked" not in out and "engine process died" not in out, out
     assert not os.path.exists(f"/proc/{engine}") or _is_zombie(engine)
 
 
-def server_model_dir(server) -> str:
-    import httpx
+def server_model_name(server) -> str:
+    r = httpx.get(server.url + "/v1/models", headers={"Authorization": f"Bearer {API_KEY}"})
+    return r.json()["data"][0]["id"]
 
+
+def server_model_dir(server) -> str:
     r = httpx.get(server.url + "/v1/models", headers={"Authorization": f"Bearer {API_KEY}"})
     return r.json()["data"][0]["root"]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import queue
+import signal
 import traceback
 
 from strixlm.config import EngineConfig
@@ -21,8 +22,19 @@ def _parent_alive() -> bool:
     return parent is None or parent.is_alive()
 
 
+def _on_sigterm(signum, frame) -> None:
+    if _parent_alive():
+        return  # the API process got it too: it drains its requests, then says shutdown
+    raise SystemExit(0)
+
+
 def run_engine_core(config: EngineConfig, info: ModelInfo, in_q, out_q, log_level: int) -> None:
     logging.basicConfig(level=log_level, format="%(levelname)s %(asctime)s [engine] %(message)s")
+    # A SIGTERM to the whole process group (GNU timeout, systemd's stop) reaches this process
+    # too. Dying at once would fail the requests the API process is still draining, and
+    # skip the exit handlers (the resource tracker then reports leaked semaphores): the
+    # engine leaves the shutdown to its parent, or exits through Python without one.
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         from strixlm.engine.core import EngineCore, StepStats
 
