@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Iterable
 
 from strixlm.engine.model_info import ModelInfo
 from strixlm.engine.request import Request, SamplingParams
@@ -15,6 +16,12 @@ class InvalidRequestError(ValueError):
 
 def child_request_id(parent_id: str, index: int, n: int) -> str:
     return parent_id if n == 1 else f"{parent_id}#{index}"
+
+
+def vocab_error(ids: Iterable[int], vocab: int, what: str = "token id") -> str | None:
+    """The message for the first id outside [0, vocab), or None when all are inside."""
+    bad = next((t for t in ids if not 0 <= t < vocab), None)
+    return None if bad is None else f"{what} {bad} is out of range for vocab size {vocab}"
 
 
 class InputProcessor:
@@ -42,16 +49,12 @@ class InputProcessor:
                 f"prompt has {n_prompt} tokens, which leaves no room for output."
             )
         vocab = self.info.vocab_size
-        bad = [t for t in prompt_token_ids if not 0 <= t < vocab]
-        if bad:
-            raise InvalidRequestError(f"token id {bad[0]} is out of range for vocab size {vocab}")
+        if msg := vocab_error(prompt_token_ids, vocab):
+            raise InvalidRequestError(msg)
         if any(not 0 <= t < vocab for t in params.stop_token_ids):
             raise InvalidRequestError("stop_token_ids contains an id outside the vocabulary")
-        outside = [t for t in params.logit_bias or () if not 0 <= t < vocab]
-        if outside:
-            raise InvalidRequestError(
-                f"logit_bias token id {outside[0]} is out of range for vocab size {vocab}"
-            )
+        if msg := vocab_error(params.logit_bias or (), vocab, "logit_bias token id"):
+            raise InvalidRequestError(msg)
         self._check_thinking_budget(params)
         if params.max_tokens is None:
             params = dataclasses.replace(params, max_tokens=max_len - n_prompt)

@@ -323,6 +323,9 @@ class ModelRunner:
     def _update_states(self, sched: SchedulerOutput) -> list[int]:
         table = self.table
         for rid in sched.finished_req_ids:
+            row = table.rows.get(rid)
+            if row is not None:
+                self.sampling.release(row)
             table.remove(rid)
             self._plp_requests.discard(rid)
         new_rows = [

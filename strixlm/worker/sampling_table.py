@@ -29,7 +29,7 @@ class SamplingTable:
         self.min_tokens = np.zeros(num_rows, dtype=np.int64)
         self.num_logprobs = np.full(num_rows, -1, dtype=np.int64)
         # Per row: (token ids, biases) of its logit_bias, None for most rows; the rows that
-        # have one (or had, until reused), so a step without any skips the per-row scan.
+        # have one, so a step without any skips the per-row scan.
         self.logit_bias: list[tuple[list[int], list[float]] | None] = [None] * num_rows
         self._biased_rows: set[int] = set()
         self._pending: list[int] = []
@@ -50,13 +50,17 @@ class SamplingTable:
         self.i_cpu[:, row] = (top_k, seed, info.prompt_len)
         self.min_tokens[row] = sp.min_tokens
         self.num_logprobs[row] = -1 if sp.logprobs is None else sp.logprobs
-        bias = sp.logit_bias
-        self.logit_bias[row] = (list(bias), list(bias.values())) if bias else None
-        if bias:
+        self.release(row)  # a reused row starts without its last request's bias
+        if bias := sp.logit_bias:
+            self.logit_bias[row] = (list(bias), list(bias.values()))
             self._biased_rows.add(row)
-        else:
-            self._biased_rows.discard(row)
         self._pending.append(row)
+
+    def release(self, row: int) -> None:
+        """The row's request left: forget its logit bias, so later steps skip the scan."""
+        if row in self._biased_rows:
+            self._biased_rows.discard(row)
+            self.logit_bias[row] = None
 
     def flush(self) -> None:
         if not self._pending:

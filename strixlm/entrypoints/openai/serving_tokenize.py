@@ -7,6 +7,7 @@ from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
+from strixlm.engine.processor import vocab_error
 from strixlm.entrypoints.openai.chat_parsing import plan_tools
 from strixlm.entrypoints.openai.protocol import (
     ChatCompletionRequest,
@@ -60,10 +61,6 @@ class ServingTokenize(ServingBase):
         req = await parse_body(raw, DetokenizeRequest)
         self.check_model(req.model)
         tok = self.tokenizer()
-        vocab = self.client.info.vocab_size
-        bad = [t for t in req.tokens if not 0 <= t < vocab]
-        if bad:
-            raise APIError(
-                f"token id {bad[0]} is out of range for vocab size {vocab}", param="tokens"
-            )
+        if msg := vocab_error(req.tokens, self.client.info.vocab_size):
+            raise APIError(msg, param="tokens")
         return JSONResponse(DetokenizeResponse(prompt=tok.decode(req.tokens)).model_dump())
