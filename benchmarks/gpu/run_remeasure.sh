@@ -89,6 +89,12 @@
 #           alternating, three pairs
 #   sampleab the workload sampled at temperature 1 (seeded), the temperature graphs sampling
 #           in the LM head's epilogue (the default) / not (STRIXLM_FUSED_SAMPLE=0), alternating
+#   sampleab2 the same with two pairs (after a warm-up)
+#   mixedattn the admission steps' attention: one launch vs prefill + decode rows apart
+#           (bench_mixed_attn.py)
+#   pfab    the workload with the persistent grid's first two tiles hinted into L2 before
+#           its PDL wait (STRIXLM_ATTN_PREFETCH_TILES=2 / 0), alternating, after a warm-up
+#   budgetab the workload at --max-num-batched-tokens 16384 / 8192, alternating
 #   fusedab the workload with the fused greedy tail on / off, alternating, three pairs
 #   lmhead  the greedy tail (LM head + greedy sampling graph) against the LM head with an
 #           argmax epilogue (bench_lm_head_argmax.py): config sweep and token check per M
@@ -384,3 +390,26 @@ if has tmasweep; then
     --json "$OUT/tma_qkv.json"
   run tma_gate_up 150 $S --shapes gate_up --rows 72 96 112 128 136 160 --json "$OUT/tma_gate_up.json"
 fi
+if has sampleab2; then
+  run tp_warm 100 $TP --model qwen3-0.6b --temperature 1.0
+  for v in on1: off1:0 on2: off2:0; do
+    STRIXLM_FUSED_SAMPLE=${v#*:} run "tp_fs_${v%%:*}" 100 $TP --model qwen3-0.6b \
+      --temperature 1.0 --output-json "$OUT/tp_fs_${v%%:*}.json"
+  done
+  grep "strixlm  " "$OUT"/tp_fs_*.log
+fi
+if has mixedattn; then
+  run mixed_attn 150 python benchmarks/gpu/bench_mixed_attn.py --json "$OUT/mixed_attn.json"
+fi
+if has pfab; then
+  has sampleab2 || run tp_warm 100 $TP --model qwen3-0.6b
+  ab_tp STRIXLM_ATTN_PREFETCH_TILES tp_pf on1:2 off1:0 on2:2 off2:0 on3:2 off3:0
+fi
+if has budgetab; then
+  for v in b16k1:16384 b8k1:8192 b16k2:16384 b8k2:8192; do
+    run "tp_${v%%:*}" 100 $TP --model qwen3-0.6b --max-num-batched-tokens "${v#*:}" \
+      --output-json "$OUT/tp_${v%%:*}.json"
+  done
+  grep "strixlm  " "$OUT"/tp_b*.log
+fi
+
