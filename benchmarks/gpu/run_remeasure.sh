@@ -95,6 +95,9 @@
 #   pfab    the workload with the persistent grid's first two tiles hinted into L2 before
 #           its PDL wait (STRIXLM_ATTN_PREFETCH_TILES=2 / 0), alternating, after a warm-up
 #   budgetab the workload at --max-num-batched-tokens 16384 / 8192, alternating
+#   budgetab2 the same at 6144 / 4096 / 8192, after a warm-up
+#   prefillgemm gate_up with SiLU in a TMA epilogue vs cuBLAS + silu_and_mul at prefill rows
+#           (sweep_prefill_gemm.py)
 #   fusedab the workload with the fused greedy tail on / off, alternating, three pairs
 #   lmhead  the greedy tail (LM head + greedy sampling graph) against the LM head with an
 #           argmax epilogue (bench_lm_head_argmax.py): config sweep and token check per M
@@ -407,6 +410,17 @@ if has pfab; then
 fi
 if has budgetab; then
   for v in b16k1:16384 b8k1:8192 b16k2:16384 b8k2:8192; do
+    run "tp_${v%%:*}" 100 $TP --model qwen3-0.6b --max-num-batched-tokens "${v#*:}" \
+      --output-json "$OUT/tp_${v%%:*}.json"
+  done
+  grep "strixlm  " "$OUT"/tp_b*.log
+fi
+if has prefillgemm; then
+  run prefill_gemm 200 python benchmarks/gpu/sweep_prefill_gemm.py --json "$OUT/prefill_gemm.json"
+fi
+if has budgetab2; then
+  run tp_warm 100 $TP --model qwen3-0.6b
+  for v in b6k1:6144 b4k1:4096 b8k1:8192 b6k2:6144 b4k2:4096 b8k2:8192; do
     run "tp_${v%%:*}" 100 $TP --model qwen3-0.6b --max-num-batched-tokens "${v#*:}" \
       --output-json "$OUT/tp_${v%%:*}.json"
   done

@@ -20,10 +20,13 @@ from strixlm.kernels.dispatch import HAS_TRITON
 from strixlm.kernels.gemv import MAX_ROWS as GEMV_MAX_ROWS
 from strixlm.kernels.pdl import pdl_enabled
 from strixlm.kernels.splitk_linear import SplitKConfig, config_for_rows, half_operands
+from strixlm.kernels.tma_linear import TmaConfig, tma_ready
 
 if HAS_TRITON:
     import triton
     import triton.language as tl
+
+    from triton.tools.tensor_descriptor import TensorDescriptor
 
     from strixlm.kernels.activation import silu_mul
     from strixlm.kernels.pdl import pdl_prologue
@@ -38,6 +41,17 @@ _CONFIGS: dict[tuple[int, int], list[tuple[int, SplitKConfig]]] = {
         (64, SplitKConfig(64, 32, 128, 1, 4, 4)),
     ],
 }
+# Candidates for prefill-sized M (the TMA variant): two [BLOCK_N]-wide accumulators, so 128
+# columns need two warpgroups. benchmarks/gpu/sweep_prefill_gemm.py times them.
+PREFILL_CONFIGS = (
+    TmaConfig(128, 64, 64, 4, 4),
+    TmaConfig(128, 64, 64, 4, 3),
+    TmaConfig(128, 128, 64, 8, 3),
+    TmaConfig(128, 128, 64, 8, 4),
+    TmaConfig(128, 64, 64, 8, 4),
+    TmaConfig(64, 128, 64, 4, 4),
+    TmaConfig(128, 128, 32, 8, 4),
+)
 # STRIXLM_FUSE_GATE_UP_SILU=0 keeps the two launches (A/B runs; read at import).
 ENABLED = os.environ.get("STRIXLM_FUSE_GATE_UP_SILU", "1") != "0"
 
@@ -144,3 +158,61 @@ def gate_up_silu(x: torch.Tensor, w: torch.Tensor, cfg: SplitKConfig) -> torch.T
             launch_pdl=pdl,
         )
     return out
+
+
+if HAS_TRITON:
+
+    @triton.jit
+    def _tma_gate_up_silu_kernel(
+        x_desc,
+        w_desc,
+        out_desc,
+        INTER,
+        K,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+        PDL: tl.constexpr,
+    ):
+        # The same epilogue over TMA-loaded tiles (Hopper's wgmma pipeline), for prefill-sized
+        # M where the pointer-load loop above is far from cuBLAS. Rows past M load as zeros
+        # and are not stored.
+        pdl_prologue(PDL)
+        off_n = tl.program_id(0) * BLOCK_N
+        off_m = tl.program_id(1) * BLOCK_M
+        acc_g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for k in range(0, K, BLOCK_K):
+            a = x_desc.load([off_m, k])
+            bg = w_desc.load([off_n, k])  # [BLOCK_N, BLOCK_K] rows of W_gate
+            bu = w_desc.load([INTER + off_n, k])  # the matching rows of W_up
+            acc_g = tl.dot(a, bg.T, acc_g)
+            acc_u = tl.dot(a, bu.T, acc_u)
+        ty = out_desc.dtype
+        out_desc.store([off_m, off_n], silu_mul(acc_g.to(ty), acc_u.to(ty)))
+
+
+def tma_gate_up_silu(x: torch.Tensor, w: torch.Tensor, cfg) -> torch.Tensor:
+    """gate_up_silu with TMA tiles (sm90+): cfg is a tma_linear.TmaConfig; I must be a
+    multiple of its block_n (a gate tile never reaches into W_up) and K of its block_k; x
+    and w must be tma_linear.tma_ready."""
+    m, k = x.shape
+    inter = w.shape[0] // 2
+    if w.shape[1] != k or inter % cfg.block_n or k % cfg.block_k:
+        raise ValueError(f"x {tuple(x.shape)} / w {tuple(w.shape)} do not fit TMA tiles {cfg}")
+    if not (tma_ready(x) and tma_ready(w)):
+        raise ValueError("x and w need 16-byte aligned bases and row strides")
+    out = torch.empty((m, inter), dtype=x.dtype, device=x.device)
+    if m == 0:
+        return out
+    xd = TensorDescriptor.from_tensor(x, [cfg.block_m, cfg.block_k])
+    wd = TensorDescriptor.from_tensor(w, [cfg.block_n, cfg.block_k])
+    od = TensorDescriptor.from_tensor(out, [cfg.block_m, cfg.block_n])
+    pdl = pdl_enabled(x)
+    grid = (inter // cfg.block_n, triton.cdiv(m, cfg.block_m))
+    _tma_gate_up_silu_kernel[grid](
+        xd, wd, od, inter, k, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+        PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
+    )  # fmt: skip
+    return out
+
