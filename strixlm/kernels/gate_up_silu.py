@@ -25,7 +25,6 @@ from strixlm.kernels.tma_linear import TmaConfig, tma_ready
 if HAS_TRITON:
     import triton
     import triton.language as tl
-
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     from strixlm.kernels.activation import silu_mul
@@ -215,4 +214,3 @@ def tma_gate_up_silu(x: torch.Tensor, w: torch.Tensor, cfg) -> torch.Tensor:
         PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
     )  # fmt: skip
     return out
-
