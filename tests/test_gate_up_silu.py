@@ -130,6 +130,27 @@ def test_tma_kernel_matches_reference(m):
         kgu.tma_gate_up_silu(x, w, ktma.TmaConfig(16, 48, 32, 4, 2))
 
 
+def test_linear_takes_the_tma_kernel_at_prefill_rows(monkeypatch):
+    """Where plan_prefill gives a config, Linear.forward_gate_up_silu runs the TMA kernel (its
+    decode table has no row count this large); plan_prefill itself wants CUDA, sm90+ and the
+    row threshold."""
+    lin = linear.Linear(64, 128, bias=False).to(torch.float16)
+    x = torch.randn(40, 64).to(torch.float16)
+    assert kgu.plan_prefill(x, lin.weight, False) is None  # a CPU tensor
+    small = ktma.TmaConfig(16, 32, 32, 4, 2)
+    monkeypatch.setattr(linear, "use_triton", lambda t: True)
+    monkeypatch.setattr(kgu, "plan_prefill", lambda x, w, b: small if x.shape[0] >= 32 else None)
+    seen = []
+    real = kgu.tma_gate_up_silu
+    monkeypatch.setattr(kgu, "tma_gate_up_silu", lambda *a: seen.append(a[2]) or real(*a))
+    with torch.no_grad():
+        got = lin.forward_gate_up_silu(x)
+        torch.testing.assert_close(got, kgu.gate_up_silu_ref(x, lin.weight), rtol=4e-3, atol=4e-3)
+        assert seen == [small]
+        assert lin.forward_gate_up_silu(x[:20]) is None  # neither table: the two-step path
+    assert seen == [small]
+
+
 AOT = r"""
 from strixlm.kernels import gate_up_silu as g
 target = GPUTarget("cuda", 90, 32)
@@ -141,7 +162,7 @@ for dt in ("bf16", "fp16"):
         src = ASTSource(g._gate_up_silu_kernel, {**sig, **{k: "constexpr" for k in c}}, c)
         triton.compile(src, target=target,
                        options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
-    for cfg in g.PREFILL_CONFIGS:
+    for cfg in (g.PREFILL_CONFIG,):
         bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
         sig = dict(x_desc=f"tensordesc<{dt}[{bm},{bk}]>", w_desc=f"tensordesc<{dt}[{bn},{bk}]>",
                    out_desc=f"tensordesc<{dt}[{bm},{bn}]>", INTER="i32", K="i32")

@@ -8,6 +8,9 @@ of 28 launches (one per layer, as in a step):
   one     the whole batch, decodes first (the scheduler's order), the mixed graph's config;
   pre     the prefill rows alone, same config;
   dec     the decode rows alone with the decode path's choice (persistent grid or split);
+  one_fresh / pre_fresh  the same with the step's k / v given (step_kv): fresh prompts read
+          them in prefill_attention.py, the unified kernel serves the rest (its output is
+          checked against the unified kernel's alone first);
 and prints one against pre + dec. Shapes follow the workload's admission: D decodes with
 contexts of 100-1100 tokens beside prompts of 100-1024 tokens filling the 8192-token budget.
 
@@ -28,7 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 from check_attention import DTYPE, SCALE, make_batch  # noqa: E402
 
+from strixlm.kernels import kv_write as kvw  # noqa: E402
 from strixlm.kernels import paged_attention as pa  # noqa: E402
+from strixlm.kernels import prefill_attention as pfa  # noqa: E402
 
 BUDGET = 8192
 LAYERS = 28
@@ -70,11 +75,51 @@ def graph_time_us(fn, reps: int = 20) -> float:
     return start.elapsed_time(end) * 1e3 / (reps * LAYERS)
 
 
-def call(q, cache, md, max_query_len: int, max_seq_len: int, order=None):
+def call(q, cache, md, max_query_len: int, max_seq_len: int, order=None, step_kv=None):
     return lambda: pa.paged_attention(
         q, cache, md.query_start_loc, md.seq_lens, md.block_table, SCALE,
-        max_query_len=max_query_len, max_seq_len=max_seq_len, seq_order=order,
+        max_query_len=max_query_len, max_seq_len=max_seq_len, seq_order=order, step_kv=step_kv,
     )  # fmt: skip
+
+
+def fresh_check(q, k, v, cache, md) -> float:
+    """Relative error of the fresh path against the unified kernel alone (K/V written to the
+    cache first, as the q/k launch does)."""
+    kvw.write_kv(cache, k, v, md.slot_mapping)
+    ref = call(q, cache, md, BUDGET, MAX_MODEL_LEN)()[: md.num_tokens].float()
+    got = call(q, cache, md, BUDGET, MAX_MODEL_LEN, step_kv=(k, v))()[: md.num_tokens].float()
+    return ((got - ref).norm() / ref.norm()).item()
+
+
+def sweep_fresh(q, k, v, md) -> list:
+    """prefill_attention alone over its configs (block_q, block_n, warps, stages)."""
+    out = torch.empty_like(q)
+    rows = []
+    configs = [(64, 64, 8, 3), (64, 64, 4, 3), (64, 128, 8, 3), (64, 64, 8, 2)]
+    configs += [(32, 64, 4, 3), (128, 64, 8, 3), (64, 32, 4, 3), (32, 128, 4, 2)]
+    for bq, bn, w, st in configs:
+        try:
+            t = graph_time_us(
+                lambda bq=bq, bn=bn, w=w, st=st: pfa.prefill_attention(
+                    q,
+                    k,
+                    v,
+                    md.query_start_loc,
+                    md.seq_lens,
+                    SCALE,
+                    out,
+                    block_q=bq,
+                    block_n=bn,
+                    num_warps=w,
+                    num_stages=st,
+                )  # fmt: skip
+            )
+        except Exception as e:
+            print(f"    fresh {bq}/{bn}/{w}/{st}: {type(e).__name__}: {str(e)[:100]}")
+            continue
+        print(f"    fresh kernel alone, block_q {bq} block_n {bn} warps {w} stages {st}: {t:.1f}")
+        rows.append({"block_q": bq, "block_n": bn, "warps": w, "stages": st, "us": t})
+    return rows
 
 
 def order_of(md) -> torch.Tensor:
@@ -92,11 +137,18 @@ def main() -> None:
         dec = [r for r in rows if r[1] == 1]
         pre = [r for r in rows if r[1] > 1]
         res = {"decodes": d, "prefill_tokens": sum(x for _, x in pre), "prompts": len(pre)}
-        q, _, _, cache, md = make_batch(rows, DTYPE, seed=1)
+        q, k, v, cache, md = make_batch(rows, DTYPE, seed=1)
+        res["fresh_rel_err"] = fresh_check(q, k, v, cache, md)
         res["one_us"] = graph_time_us(call(q, cache, md, BUDGET, MAX_MODEL_LEN))
+        fresh = call(q, cache, md, BUDGET, MAX_MODEL_LEN, step_kv=(k, v))
+        res["one_fresh_us"] = graph_time_us(fresh)
         del cache
-        q, _, _, cache, md = make_batch(pre, DTYPE, seed=2)
+        q, k, v, cache, md = make_batch(pre, DTYPE, seed=2)
         res["pre_us"] = graph_time_us(call(q, cache, md, BUDGET, MAX_MODEL_LEN))
+        fresh = call(q, cache, md, BUDGET, MAX_MODEL_LEN, step_kv=(k, v))
+        res["pre_fresh_us"] = graph_time_us(fresh)
+        if d == 64:
+            res["sweep"] = sweep_fresh(q, k, v, md)
         del cache
         res["dec_us"] = 0.0
         if dec:
@@ -115,7 +167,9 @@ def main() -> None:
             f" one {res['one_us']:7.1f} us | pre {res['pre_us']:7.1f} + dec {res['dec_us']:6.1f}"
             f" = {two:7.1f} (x{res['one_us'] / two:.3f}) | decodes alone with the mixed"
             f" config {res.get('dec_mixedcfg_us', 0):6.1f} us"
-            f" ({res.get('dec_mixedcfg_tbs', 0):.2f} TB/s vs {res.get('dec_tbs', 0):.2f})",
+            f" ({res.get('dec_mixedcfg_tbs', 0):.2f} TB/s vs {res.get('dec_tbs', 0):.2f})"
+            f" | fresh path: one {res['one_fresh_us']:7.1f} us, pre {res['pre_fresh_us']:7.1f}"
+            f" (rel err vs unified {res['fresh_rel_err']:.1e})",
             flush=True,
         )
         results.append(res)

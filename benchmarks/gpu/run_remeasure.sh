@@ -96,6 +96,10 @@
 #           its PDL wait (STRIXLM_ATTN_PREFETCH_TILES=2 / 0), alternating, after a warm-up
 #   budgetab the workload at --max-num-batched-tokens 16384 / 8192, alternating
 #   budgetab2 the same at 6144 / 4096 / 8192, after a warm-up
+#   prefillab the fresh prompts' attention from the step's k / v and the prefill gate_up + SiLU
+#           epilogue: kernels vs the unified kernel (bench_mixed_attn), the decode paths'
+#           tokens (check_decode_paths, defaults vs the reference with both off), then the
+#           workload with both on / off, alternating, after a warm-up
 #   prefillgemm gate_up with SiLU in a TMA epilogue vs cuBLAS + silu_and_mul at prefill rows
 #           (sweep_prefill_gemm.py)
 #   fusedab the workload with the fused greedy tail on / off, alternating, three pairs
@@ -425,5 +429,16 @@ if has budgetab2; then
       --output-json "$OUT/tp_${v%%:*}.json"
   done
   grep "strixlm  " "$OUT"/tp_b*.log
+fi
+if has prefillab; then
+  run mixed_attn 150 python benchmarks/gpu/bench_mixed_attn.py --json "$OUT/mixed_attn.json"
+  CHECK_VARIANTS=defaults run decode_paths 200 python benchmarks/gpu/check_decode_paths.py
+  run tp_warm 100 $TP --model qwen3-0.6b
+  for v in on1:1:2048 off1:0:0 on2:1:2048 off2:0:0 on3:1:2048 off3:0:0; do
+    IFS=: read -r name attn rows <<< "$v"
+    STRIXLM_PREFILL_ATTN=$attn STRIXLM_PREFILL_GATE_UP_SILU_ROWS=$rows run "tp_pa_$name" 100 \
+      $TP --model qwen3-0.6b --output-json "$OUT/tp_pa_$name.json"
+  done
+  grep "strixlm  " "$OUT"/tp_pa_*.log
 fi
 

@@ -40,17 +40,23 @@ _CONFIGS: dict[tuple[int, int], list[tuple[int, SplitKConfig]]] = {
         (64, SplitKConfig(64, 32, 128, 1, 4, 4)),
     ],
 }
-# Candidates for prefill-sized M (the TMA variant): two [BLOCK_N]-wide accumulators, so 128
-# columns need two warpgroups. benchmarks/gpu/sweep_prefill_gemm.py times them.
+# Prefill-sized M (the TMA variant, sm90+): H200, sweep_prefill_gemm.py (2026-12-02), per
+# layer at K 1024 / I 3072 against cuBLAS gate_up + silu_and_mul: 183.0 -> 155.1 us at M 8192,
+# 92.5 -> 80.4 at 4096, 47.9 -> 39.5 at 2048 (the same bf16 outputs). Of the candidates
+# below, 128 x 64 tiles (two 64-wide accumulators) with one warpgroup and 3 stages won at
+# every M by 15-25%; the others lost to the two launches. STRIXLM_PREFILL_GATE_UP_SILU_ROWS
+# sets the smallest M that takes it (0: never).
+PREFILL_CONFIG = TmaConfig(128, 64, 64, 4, 3)
 PREFILL_CONFIGS = (
+    PREFILL_CONFIG,
     TmaConfig(128, 64, 64, 4, 4),
-    TmaConfig(128, 64, 64, 4, 3),
     TmaConfig(128, 128, 64, 8, 3),
     TmaConfig(128, 128, 64, 8, 4),
     TmaConfig(128, 64, 64, 8, 4),
     TmaConfig(64, 128, 64, 4, 4),
     TmaConfig(128, 128, 32, 8, 4),
 )
+PREFILL_MIN_ROWS = int(os.environ.get("STRIXLM_PREFILL_GATE_UP_SILU_ROWS", "2048"))
 # STRIXLM_FUSE_GATE_UP_SILU=0 keeps the two launches (A/B runs; read at import).
 ENABLED = os.environ.get("STRIXLM_FUSE_GATE_UP_SILU", "1") != "0"
 
@@ -66,6 +72,21 @@ def plan(
     if m <= GEMV_MAX_ROWS:
         return None
     return config_for_rows(_CONFIGS.get((inter, k), []), m, k)
+
+
+def plan_prefill(x: torch.Tensor, w: torch.Tensor, has_bias: bool) -> TmaConfig | None:
+    """PREFILL_CONFIG for x [M, K] against a [2I, K] gate_up weight from PREFILL_MIN_ROWS
+    rows on sm90+, when I and K fit its tiles and both operands suit TMA; else None."""
+    m, k = x.shape
+    inter = w.shape[0] // 2
+    cfg = PREFILL_CONFIG
+    if not ENABLED or PREFILL_MIN_ROWS <= 0 or m < PREFILL_MIN_ROWS or not x.is_cuda:
+        return None
+    if not half_operands(x.dtype, w.dtype, has_bias) or inter % cfg.block_n or k % cfg.block_k:
+        return None
+    if torch.cuda.get_device_capability(x.device)[0] < 9:
+        return None
+    return cfg if tma_ready(x) and tma_ready(w) else None
 
 
 def gate_up_silu_ref(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

@@ -385,6 +385,7 @@ if HAS_TRITON:
         SEQ_GRID: tl.constexpr,
         HAS_ORDER: tl.constexpr,
         FP8_PAIRS: tl.constexpr,
+        SKIP_FRESH: tl.constexpr,
         PDL: tl.constexpr,
     ):
         pdl_prologue(PDL)
@@ -413,6 +414,9 @@ if HAS_TRITON:
                 return
         seq_len = tl.load(seq_lens_ptr + seq)
         ctx_len = seq_len - q_len
+        if SKIP_FRESH:  # prefill_attention serves the sequences without a cached prefix
+            if ctx_len == 0:
+                return
 
         offs_m = tl.arange(0, BLOCK_M)
         offs_d = tl.arange(0, DIM_P)
@@ -527,6 +531,7 @@ def paged_attention(
     config: AttnConfig | None = None,
     seq_order: torch.Tensor | None = None,
     qk_prologue: QKNormRopeWrite | None = None,
+    step_kv: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Causal attention of q [T, Hq, D] over the paged cache; returns out [T, Hq, D].
 
@@ -540,6 +545,9 @@ def paged_attention(
     qk_prologue: q and the step's K/V are raw projections still to be normed, rotated and
     written to the cache: inside the persistent decode kernel when it runs unsplit (one
     launch fewer), else by the separate q/k norm + rotary launch first.
+    step_kv: this step's k / v [T, Hkv, D] as written to the cache (the prologue's, when
+    there is one): on prefill configs, sequences without a cached prefix then read them
+    directly (prefill_attention.py) and the unified kernel serves the others.
     """
     t, hq, d = q.shape
     _, _, bs, hkv, dc = kv_cache.shape
@@ -583,6 +591,13 @@ def paged_attention(
         )  # fmt: skip
     if kv_cache.dtype != FP8_DTYPE:
         k_scale = v_scale = 1.0
+    if step_kv is None and qk_prologue is not None:
+        step_kv = (qk_prologue.k, qk_prologue.v)
+    skip_fresh = _fresh_path(q, kv_cache, step_kv, max_query_len, split, seq_grid)
+    if skip_fresh:
+        from strixlm.kernels.prefill_attention import prefill_attention
+
+        prefill_attention(q, *step_kv, query_start_loc, seq_lens, scale, out)
     kc, vc = kv_cache[0], kv_cache[1]
     pdl = pdl_enabled(q)
     if split:
@@ -620,6 +635,7 @@ def paged_attention(
         SEQ_GRID=seq_grid,
         HAS_ORDER=seq_grid and seq_order is not None,
         FP8_PAIRS=fp8_pairs(q, kv_cache),
+        SKIP_FRESH=skip_fresh,
         PDL=pdl,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
@@ -628,6 +644,19 @@ def paged_attention(
     if split:
         merge_segments(out, segm_acc, segm_max, segm_sum, float(v_scale), cfg.num_splits)
     return out
+
+
+def _fresh_path(q, kv_cache, step_kv, max_query_len: int, split: bool, seq_grid: bool) -> bool:
+    """Prefill configs with this step's k / v at hand and a cache holding them unchanged (not
+    fp8: attention must read what the cache holds) take prefill_attention for the fresh
+    sequences."""
+    if step_kv is None or split or seq_grid or max_query_len <= SPLIT_MAX_QUERY_LEN:
+        return False
+    if kv_cache.dtype != q.dtype:
+        return False
+    from strixlm.kernels.prefill_attention import prefill_fits
+
+    return prefill_fits(q, *step_kv)
 
 
 def segment_buffers(

@@ -66,16 +66,21 @@ class Linear(nn.Linear):
 
     def forward_gate_up_silu(self, x: torch.Tensor) -> torch.Tensor | None:
         """silu_and_mul(self(x)) in one launch for this layer as the MLP's [gate | up]
-        projection, where the fused kernel has a measured config (gate_up_silu.plan); None
-        elsewhere, and the caller takes the two-step path."""
+        projection, where a fused kernel has a measured config (gate_up_silu.plan at decode
+        rows, plan_prefill's TMA kernel at prefill rows); None elsewhere, and the caller takes
+        the two-step path."""
         w = self.weight
         if not (_tile_operands(x, w) and w.shape[0] % 2 == 0):
             return None
         m, k = x.shape
+        has_bias = self.bias is not None
         cfg = gate_up_kernel.plan(
-            m, w.shape[0] // 2, k, x_dtype=x.dtype, w_dtype=w.dtype, has_bias=self.bias is not None
+            m, w.shape[0] // 2, k, x_dtype=x.dtype, w_dtype=w.dtype, has_bias=has_bias
         )
-        return None if cfg is None else gate_up_kernel.gate_up_silu(x, w, cfg)
+        if cfg is not None:
+            return gate_up_kernel.gate_up_silu(x, w, cfg)
+        tcfg = gate_up_kernel.plan_prefill(x, w, has_bias)
+        return None if tcfg is None else gate_up_kernel.tma_gate_up_silu(x, w, tcfg)
 
     def forward_relu2(self, x: torch.Tensor) -> torch.Tensor:
         """relu(linear(x))^2 (NemotronH's MLP activation); fused into the GEMV's store for

@@ -46,7 +46,12 @@ class TritonPagedAttention(AttentionBackend):
         else:
             write_kv_ref(kv_cache, k, v, md.slot_mapping, self.k_scale, self.v_scale)
 
-    def attend(self, q, kv_cache, md: AttentionMetadata, qk_prologue=None):
+    def forward(self, q, k, v, kv_cache, md: AttentionMetadata) -> torch.Tensor:
+        # The step's k / v go along: fresh prompts can read them instead of the cache.
+        self.write_kv(k, v, kv_cache, md)
+        return self.attend(q, kv_cache, md, step_kv=(k, v))
+
+    def attend(self, q, kv_cache, md: AttentionMetadata, qk_prologue=None, step_kv=None):
         if not self.use_triton(q.device):
             if qk_prologue is not None:
                 qk_prologue.run(q, kv_cache)
@@ -74,4 +79,5 @@ class TritonPagedAttention(AttentionBackend):
             num_splits=self.num_splits,
             seq_order=md.seq_order,
             qk_prologue=qk_prologue,
+            step_kv=step_kv,
         )
