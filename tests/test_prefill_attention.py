@@ -46,6 +46,7 @@ def _run(b: Batch, step_kv, monkeypatch, calls: list) -> torch.Tensor:
 
 @pytest.mark.parametrize("blocks", [(16, 16), (32, 16), (16, 32)])
 def test_fresh_rows_match_the_reference_and_the_unified_kernel(monkeypatch, blocks):
+    monkeypatch.setattr(pfa, "ENABLED", True)
     monkeypatch.setattr(pfa, "BLOCK_Q", blocks[0])
     monkeypatch.setattr(pfa, "BLOCK_N", blocks[1])
     b = Batch(ROWS, 4, 2, 32, 4, torch.float16, seed=3, pad_tokens=3, pad_seqs=2)
@@ -69,8 +70,11 @@ def test_fresh_rows_match_the_reference_and_the_unified_kernel(monkeypatch, bloc
             assert rel_err(fresh[lo : lo + q], unified[lo : lo + q])[0] < 3e-3
 
 
-def test_fits_only_what_tma_can_read():
+def test_fits_only_what_tma_can_read(monkeypatch):
     q = torch.randn(8, 4, 32).half()
+    k = torch.randn(8, 2, 32).half()
+    assert not pfa.prefill_fits(q, k, k)  # opt-in
+    monkeypatch.setattr(pfa, "ENABLED", True)
     k = torch.randn(8, 2, 32).half()
     assert pfa.prefill_fits(q, k, k)
     assert not pfa.prefill_fits(q.float(), k.float(), k.float())  # fp32: unified kernel
@@ -81,6 +85,7 @@ def test_fits_only_what_tma_can_read():
 
 def test_an_fp8_cache_keeps_the_unified_kernel(monkeypatch):
     """Attention must read what the cache holds: fp8-rounded K/V, not the step's."""
+    monkeypatch.setattr(pfa, "ENABLED", True)
     b = Batch(ROWS, 4, 2, 32, 4, torch.float16, cache_dtype=kvw.FP8_DTYPE, seed=4)
     calls: list = []
     _run(b, (b.k, b.v), monkeypatch, calls)

@@ -100,6 +100,9 @@
 #           epilogue: kernels vs the unified kernel (bench_mixed_attn), the decode paths'
 #           tokens (check_decode_paths, defaults vs the reference with both off), then the
 #           workload with both on / off, alternating, after a warm-up
+#   gateupab the prefill gate_up + SiLU epilogue alone: the decode paths' tokens
+#           (check_decode_paths, defaults vs the reference with it off), then the workload
+#           with it on / off (STRIXLM_PREFILL_GATE_UP_SILU_ROWS=2048 / 0), alternating
 #   prefillgemm gate_up with SiLU in a TMA epilogue vs cuBLAS + silu_and_mul at prefill rows
 #           (sweep_prefill_gemm.py)
 #   fusedab the workload with the fused greedy tail on / off, alternating, three pairs
@@ -440,5 +443,10 @@ if has prefillab; then
       $TP --model qwen3-0.6b --output-json "$OUT/tp_pa_$name.json"
   done
   grep "strixlm  " "$OUT"/tp_pa_*.log
+fi
+if has gateupab; then
+  CHECK_VARIANTS=defaults run decode_paths 200 python benchmarks/gpu/check_decode_paths.py
+  run tp_warm 100 $TP --model qwen3-0.6b
+  ab_tp STRIXLM_PREFILL_GATE_UP_SILU_ROWS tp_gu on1:2048 off1:0 on2:2048 off2:0
 fi
 

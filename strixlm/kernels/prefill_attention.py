@@ -34,12 +34,18 @@ if HAS_TRITON:
     from strixlm.kernels.pdl import pdl_prologue
 
 LOG2E = 1.4426950408889634
-# STRIXLM_PREFILL_ATTN=0 keeps every prefill row in the unified kernel (A/B runs; read at
-# import). On only for sm90+ (TMA) and half-precision q/k/v (prefill_fits).
-ENABLED = os.environ.get("STRIXLM_PREFILL_ATTN", "1") != "0"
-BLOCK_Q = int(os.environ.get("STRIXLM_PREFILL_ATTN_BLOCK_Q", "64"))
+# Opt-in (STRIXLM_PREFILL_ATTN=1; read at import), on sm90+ (TMA) with half-precision q/k/v
+# (prefill_fits). H200, bench_mixed_attn.py (2026-12-02), per layer: a pure admission step
+# (13 fresh prompts, 8192 tokens) 127.0 -> 109.9 us with 64 x 64 tiles / 8 warps, 76.3 us
+# alone with the best config (BLOCK_Q 32, BLOCK_N 64, 4 warps, 3 stages, now the default);
+# but beside decode rows the two launches run one after the other where the unified
+# kernel's one launch overlapped the decodes' reads with the prefill math: 143 -> 154 us
+# with 32 decodes, 250 -> 273 with 192. The standard workload, whose admission steps carry
+# decodes from the second on, ran 27,184 tok/s on (three runs) against 27,216 off.
+ENABLED = os.environ.get("STRIXLM_PREFILL_ATTN", "0") == "1"
+BLOCK_Q = int(os.environ.get("STRIXLM_PREFILL_ATTN_BLOCK_Q", "32"))
 BLOCK_N = int(os.environ.get("STRIXLM_PREFILL_ATTN_BLOCK_N", "64"))
-NUM_WARPS = int(os.environ.get("STRIXLM_PREFILL_ATTN_WARPS", "8"))
+NUM_WARPS = int(os.environ.get("STRIXLM_PREFILL_ATTN_WARPS", "4"))
 NUM_STAGES = int(os.environ.get("STRIXLM_PREFILL_ATTN_STAGES", "3"))
 
 
