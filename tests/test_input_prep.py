@@ -53,6 +53,7 @@ def test_kernel_matches_reference(programs_per_row):
                 pos,
                 slot,
                 seq,
+                0,  # num_real: no row advances here
                 BLOCK_SIZE=bs,
                 TILE=8,
             )
@@ -81,18 +82,56 @@ def test_no_per_step_constexpr():
     assert constexprs == ["BLOCK_SIZE", "TILE"]
 
 
+@pytest.mark.parametrize("max_query_len", [1, 300])
+def test_num_real_advances_the_real_rows(max_query_len):
+    """prepare_inputs(num_real=n) advances num_computed by the query lengths for the first n
+    rows only (the rest are graph padding on the dummy row): inside the kernel with one
+    program per row (max_query_len 1), after it with several (300); the reference too."""
+    bs = 4
+    token_ids, block_table = _tables(num_rows=7, max_len=400, block_size=bs)
+    start = [0, 10, 33, 7, 0, 50, 0]
+    rows = torch.tensor([2, 0, 5, 1, 6, 6], dtype=torch.int32)  # the last two: padding
+    counts = [1, max_query_len, 1, 3, 1, 1]
+    qsl = torch.tensor([0] + list(torch.tensor(counts).cumsum(0)), dtype=torch.int32)
+    total = int(qsl[-1])
+    results = []
+    for fn in (input_prep.prepare_inputs_ref, input_prep.prepare_inputs_triton):
+        num_computed = torch.tensor(start, dtype=torch.int32)
+        bufs = [torch.zeros(total, dtype=d) for d in (torch.int32, torch.int64, torch.int64)]
+        seq = torch.zeros(rows.numel(), dtype=torch.int32)
+        args = (token_ids, num_computed, block_table, rows, qsl, bs, *bufs, seq)
+        if fn is input_prep.prepare_inputs_ref:
+            fn(*args, num_real=4)
+        else:
+            fn(*args, max_query_len=max(counts), num_real=4)
+        results.append((num_computed, seq, bufs))
+    expect = list(start)
+    for r, c in zip([2, 0, 5, 1], counts[:4], strict=True):
+        expect[r] += c
+    (ref_nc, ref_seq, ref_bufs), (got_nc, got_seq, got_bufs) = results
+    assert ref_nc.tolist() == expect and got_nc.tolist() == expect
+    assert torch.equal(ref_seq, got_seq)
+    for a, b in zip(ref_bufs, got_bufs, strict=True):
+        assert torch.equal(a, b)
+
+
 AOT_SCRIPT = r"""
 from strixlm.kernels import input_prep
 
 sig = dict(token_ids_ptr="*i32", tok_stride="i32", num_computed_ptr="*i32",
            block_table_ptr="*i32", bt_stride="i32", rows_ptr="*i32", qsl_ptr="*i32",
-           input_ids_ptr="*i32", positions_ptr="*i64", slot_ptr="*i64", seq_lens_ptr="*i32")
+           input_ids_ptr="*i32", positions_ptr="*i64", slot_ptr="*i64", seq_lens_ptr="*i32",
+           num_real="i32")
 consts = dict(BLOCK_SIZE=16, TILE=128)
 names = list(sig) + list(consts)
 attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in sig if n.endswith("_ptr")}
 src = ASTSource(input_prep._prepare_inputs_kernel, {**sig, **{k: "constexpr" for k in consts}},
                 consts, attrs)
 triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+# The real row count follows the step: no specialization on its value (== 1, % 16).
+k = input_prep._prepare_inputs_kernel
+dns = [k.arg_names[n] if isinstance(n, int) else n for n in k.do_not_specialize]
+assert dns == ["num_real"], dns
 print("compiled")
 """
 

@@ -6,8 +6,9 @@ pos = num_computed[rows[b]] + (t - query_start_loc[b]):
     positions[t]    = pos
     slot_mapping[t] = block_table[rows[b], pos // block_size] * block_size + pos % block_size
 and seq_lens[b] = num_computed[rows[b]] + (query_start_loc[b+1] - query_start_loc[b]).
-CUDA-graph padding needs nothing special here: padded rows are one-token rows on the state
-table's dummy row (see worker/cuda_graphs.py).
+With num_real (the real rows, before CUDA-graph padding), num_computed[rows[b]] then advances
+to seq_lens[b] for b < num_real. CUDA-graph padding needs nothing special here: padded rows
+are one-token rows on the state table's dummy row (see worker/cuda_graphs.py), never advanced.
 
 The CPU only sends rows and query_start_loc; everything else is already on the GPU.
 """
@@ -36,6 +37,7 @@ def prepare_inputs_ref(
     positions: torch.Tensor,  # [T_pad] out
     slot_mapping: torch.Tensor,  # [T_pad] out
     seq_lens: torch.Tensor,  # [B] out
+    num_real: int | None = None,
 ) -> None:
     rows = rows.long()
     qsl = query_start_loc.long()
@@ -50,17 +52,21 @@ def prepare_inputs_ref(
     blk = block_table[r, pos // block_size].long()
     slot_mapping[:total] = (blk * block_size + pos % block_size).to(slot_mapping.dtype)
     seq_lens.copy_((start + counts).to(seq_lens.dtype))
+    if num_real is not None:
+        num_computed.index_add_(0, rows[:num_real], counts[:num_real].to(num_computed.dtype))
 
 
 if HAS_TRITON:
-
-    @triton.jit
+    # num_real follows the step: specializing on its value (== 1, divisible by 16) would
+    # compile new variants mid-run.
+    @triton.jit(do_not_specialize=["num_real"])
     def _prepare_inputs_kernel(
         token_ids_ptr, tok_stride,
         num_computed_ptr,
         block_table_ptr, bt_stride,
         rows_ptr, qsl_ptr,
         input_ids_ptr, positions_ptr, slot_ptr, seq_lens_ptr,
+        num_real,
         BLOCK_SIZE: tl.constexpr,
         TILE: tl.constexpr,
     ):  # fmt: skip
@@ -71,6 +77,11 @@ if HAS_TRITON:
         start = tl.load(num_computed_ptr + row)
         if tl.program_id(1) == 0:
             tl.store(seq_lens_ptr + b, start + q1 - q0)
+            # Rows below num_real advance: the caller passes 0 unless each row has one
+            # program, so no other program reads this row's count after the store; padded
+            # rows (the dummy row) are never advanced.
+            if b < num_real:
+                tl.store(num_computed_ptr + row, start + q1 - q0)
         n_tiles = tl.cdiv(q1 - q0, TILE)
         # The programs along axis 1 share the row's tiles. Their count is the grid's, not a
         # constexpr: it follows each step's longest chunk, and a constexpr would compile a
@@ -99,8 +110,11 @@ def prepare_inputs(
     slot_mapping: torch.Tensor,
     seq_lens: torch.Tensor,
     max_query_len: int = 1,
+    num_real: int | None = None,
 ) -> None:
-    """Fill the output buffers; Triton on CUDA, the torch reference elsewhere.
+    """Fill the output buffers; Triton on CUDA, the torch reference elsewhere. With num_real,
+    also advance the first num_real rows' num_computed by their query lengths: inside the
+    kernel when each row has one program (decode steps: no extra launch), else after it.
 
     input_ids int32, positions int64, slot_mapping int64, seq_lens int32.
     """
@@ -116,19 +130,48 @@ def prepare_inputs(
             positions,
             slot_mapping,
             seq_lens,
+            num_real,
         )
         return
+    prepare_inputs_triton(
+        token_ids, num_computed, block_table, rows, query_start_loc, block_size, input_ids,
+        positions, slot_mapping, seq_lens, max_query_len, num_real,
+    )  # fmt: skip
+
+
+def prepare_inputs_triton(
+    token_ids: torch.Tensor,
+    num_computed: torch.Tensor,
+    block_table: torch.Tensor,
+    rows: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    block_size: int,
+    input_ids: torch.Tensor,
+    positions: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    seq_lens: torch.Tensor,
+    max_query_len: int = 1,
+    num_real: int | None = None,
+) -> None:
+    """prepare_inputs' kernel path (any device the kernel runs on: CUDA, or the interpreter)."""
     num_rows = rows.numel()
     tile = 128
     # Long prefill rows get several programs along axis 1; decode rows need one.
     splits = max(1, min(16, -(-max_query_len // tile)))
     grid = (num_rows, splits)
+    advance = num_real is not None and splits == 1
     _prepare_inputs_kernel[grid](
         token_ids, token_ids.stride(0),
         num_computed,
         block_table, block_table.stride(0),
         rows, query_start_loc,
         input_ids, positions, slot_mapping, seq_lens,
+        num_real if advance else 0,
         BLOCK_SIZE=block_size,
         TILE=tile,
     )  # fmt: skip
+    if num_real is not None and not advance:
+        # Several programs per row read its count: advance it after they all have.
+        n = num_real
+        counts = query_start_loc[1 : n + 1] - query_start_loc[:n]
+        num_computed.index_add_(0, rows[:n], counts.to(num_computed.dtype))

@@ -124,10 +124,8 @@ def gather_inputs(
         bufs.slot_mapping[:t_pad],
         bufs.seq_lens[:b_pad],
         max_query_len=max(num_scheduled, default=1),
+        num_real=n,  # advances the device view of progress by what this step computes
     )
-    # Advance the device and host views of progress by what this step computes.
-    counts_dev = bufs.query_start_loc[1 : n + 1] - bufs.query_start_loc[:n]
-    table.num_computed.index_add_(0, rows_dev[:n].long(), counts_dev)
     seq_lens = seq_lens_np.tolist()
     table.num_computed_cpu[rows] = seq_lens
     num_tokens = table.num_tokens_cpu[rows].tolist()

@@ -29,7 +29,7 @@ class DefaultModelState(ModelState):
         buffers; otherwise the step's own sizes are used."""
         max_seq = max_seq_len or max(batch.seq_lens)
         nblk = -(-max_seq // self.block_size)
-        rows = batch.rows_dev.long()
+        rows = batch.rows_dev  # int32: index_select takes it as is (no cast kernel)
         if block_table_out is None:
             block_table = table.block_table[0].index_select(0, rows)[:, :nblk]
         else:
