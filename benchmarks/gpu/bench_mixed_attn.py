@@ -8,9 +8,9 @@ of 28 launches (one per layer, as in a step):
   one     the whole batch, decodes first (the scheduler's order), the mixed graph's config;
   pre     the prefill rows alone, same config;
   dec     the decode rows alone with the decode path's choice (persistent grid or split);
-  one_fresh / pre_fresh  the same with the step's k / v given (step_kv): fresh prompts read
-          them in prefill_attention.py, the unified kernel serves the rest (its output is
-          checked against the unified kernel's alone first);
+  one_fresh / pre_fresh  the same with the step's k / v given (step_kv): the unified kernel's
+          programs on fresh prompts read them by TMA (prefill_attention.fresh_rows; its
+          output is checked against the cache path first), with a sweep of its K/V tile;
 and prints one against pre + dec. Shapes follow the workload's admission: D decodes with
 contexts of 100-1100 tokens beside prompts of 100-1024 tokens filling the 8192-token budget.
 
@@ -91,34 +91,19 @@ def fresh_check(q, k, v, cache, md) -> float:
     return ((got - ref).norm() / ref.norm()).item()
 
 
-def sweep_fresh(q, k, v, md) -> list:
-    """prefill_attention alone over its configs (block_q, block_n, warps, stages)."""
-    out = torch.empty_like(q)
+def sweep_fresh(q, k, v, cache, md) -> list:
+    """The whole batch with the fresh branch over its K/V tile (prefill_attention.BLOCK_N)."""
     rows = []
-    configs = [(64, 64, 8, 3), (64, 64, 4, 3), (64, 128, 8, 3), (64, 64, 8, 2)]
-    configs += [(32, 64, 4, 3), (128, 64, 8, 3), (64, 32, 4, 3), (32, 128, 4, 2)]
-    for bq, bn, w, st in configs:
+    for bn in (32, 64, 128):
+        pfa.BLOCK_N = bn
         try:
-            t = graph_time_us(
-                lambda bq=bq, bn=bn, w=w, st=st: pfa.prefill_attention(
-                    q,
-                    k,
-                    v,
-                    md.query_start_loc,
-                    md.seq_lens,
-                    SCALE,
-                    out,
-                    block_q=bq,
-                    block_n=bn,
-                    num_warps=w,
-                    num_stages=st,
-                )  # fmt: skip
-            )
+            t = graph_time_us(call(q, cache, md, BUDGET, MAX_MODEL_LEN, step_kv=(k, v)))
         except Exception as e:
-            print(f"    fresh {bq}/{bn}/{w}/{st}: {type(e).__name__}: {str(e)[:100]}")
+            print(f"    fresh block_n {bn}: {type(e).__name__}: {str(e)[:100]}")
             continue
-        print(f"    fresh kernel alone, block_q {bq} block_n {bn} warps {w} stages {st}: {t:.1f}")
-        rows.append({"block_q": bq, "block_n": bn, "warps": w, "stages": st, "us": t})
+        print(f"    fresh branch, block_n {bn}: {t:.1f} us", flush=True)
+        rows.append({"block_n": bn, "us": t})
+    pfa.BLOCK_N = 64
     return rows
 
 
@@ -128,6 +113,7 @@ def order_of(md) -> torch.Tensor:
 
 
 def main() -> None:
+    pfa.ENABLED = True  # the fresh branch is opt-in in the engine; here it is measured
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -142,13 +128,13 @@ def main() -> None:
         res["one_us"] = graph_time_us(call(q, cache, md, BUDGET, MAX_MODEL_LEN))
         fresh = call(q, cache, md, BUDGET, MAX_MODEL_LEN, step_kv=(k, v))
         res["one_fresh_us"] = graph_time_us(fresh)
+        if d in (0, 128):
+            res["sweep"] = sweep_fresh(q, k, v, cache, md)
         del cache
         q, k, v, cache, md = make_batch(pre, DTYPE, seed=2)
         res["pre_us"] = graph_time_us(call(q, cache, md, BUDGET, MAX_MODEL_LEN))
         fresh = call(q, cache, md, BUDGET, MAX_MODEL_LEN, step_kv=(k, v))
         res["pre_fresh_us"] = graph_time_us(fresh)
-        if d == 64:
-            res["sweep"] = sweep_fresh(q, k, v, md)
         del cache
         res["dec_us"] = 0.0
         if dec:

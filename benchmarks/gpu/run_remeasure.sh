@@ -100,6 +100,11 @@
 #           epilogue: kernels vs the unified kernel (bench_mixed_attn), the decode paths'
 #           tokens (check_decode_paths, defaults vs the reference with both off), then the
 #           workload with both on / off, alternating, after a warm-up
+#   freshab the fresh prompts' branch of the unified kernel (K/V from the step's k / v by
+#           TMA): bench_mixed_attn (checks it against the cache path, sweeps its K/V tile),
+#           then the workload with STRIXLM_PREFILL_ATTN=1 / 0, alternating, after a warm-up
+#   prepab  the decode steps' num_computed update inside the input-prep kernel / as eager
+#           ops (STRIXLM_PREP_ADVANCE_IN_KERNEL=1 / 0), alternating
 #   gateupab the prefill gate_up + SiLU epilogue alone: the decode paths' tokens
 #           (check_decode_paths, defaults vs the reference with it off), then the workload
 #           with it on / off (STRIXLM_PREFILL_GATE_UP_SILU_ROWS=2048 / 0), alternating
@@ -448,5 +453,14 @@ if has gateupab; then
   CHECK_VARIANTS=defaults run decode_paths 200 python benchmarks/gpu/check_decode_paths.py
   run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_PREFILL_GATE_UP_SILU_ROWS tp_gu on1:2048 off1:0 on2:2048 off2:0
+fi
+if has freshab; then
+  run mixed_attn 150 python benchmarks/gpu/bench_mixed_attn.py --json "$OUT/mixed_attn.json"
+  run tp_warm 100 $TP --model qwen3-0.6b
+  ab_tp STRIXLM_PREFILL_ATTN tp_fr on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
+fi
+if has prepab; then
+  has freshab || run tp_warm 100 $TP --model qwen3-0.6b
+  ab_tp STRIXLM_PREP_ADVANCE_IN_KERNEL tp_prep on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
 fi
 

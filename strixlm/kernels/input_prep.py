@@ -15,6 +15,8 @@ The CPU only sends rows and query_start_loc; everything else is already on the G
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 try:
@@ -24,6 +26,11 @@ try:
     HAS_TRITON = True
 except ImportError:  # CPU-only installs run the torch reference
     HAS_TRITON = False
+
+
+# STRIXLM_PREP_ADVANCE_IN_KERNEL=0: advance num_computed with the eager ops after the kernel
+# even for one program per row (A/B runs of the launches saved; read at import).
+ADVANCE_IN_KERNEL = os.environ.get("STRIXLM_PREP_ADVANCE_IN_KERNEL", "1") != "0"
 
 
 def prepare_inputs_ref(
@@ -159,7 +166,7 @@ def prepare_inputs_triton(
     # Long prefill rows get several programs along axis 1; decode rows need one.
     splits = max(1, min(16, -(-max_query_len // tile)))
     grid = (num_rows, splits)
-    advance = num_real is not None and splits == 1
+    advance = num_real is not None and splits == 1 and ADVANCE_IN_KERNEL
     _prepare_inputs_kernel[grid](
         token_ids, token_ids.stride(0),
         num_computed,

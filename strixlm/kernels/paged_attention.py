@@ -43,6 +43,7 @@ if HAS_TRITON:
     import triton.language as tl
 
     from strixlm.kernels.pdl import pdl_prologue
+    from strixlm.kernels.prefill_attention import fresh_rows
 
 LOG2E = 1.4426950408889634
 # Split heuristic knobs (see choose_num_splits); tuned on the H200 by
@@ -359,6 +360,8 @@ if HAS_TRITON:
         segm_acc_ptr,
         segm_max_ptr,
         segm_sum_ptr,
+        fresh_k_desc,
+        fresh_v_desc,
         qk_scale,
         out_scale,
         num_seqs,
@@ -385,7 +388,8 @@ if HAS_TRITON:
         SEQ_GRID: tl.constexpr,
         HAS_ORDER: tl.constexpr,
         FP8_PAIRS: tl.constexpr,
-        SKIP_FRESH: tl.constexpr,
+        FRESH: tl.constexpr,
+        FRESH_N: tl.constexpr,
         PDL: tl.constexpr,
     ):
         pdl_prologue(PDL)
@@ -414,9 +418,6 @@ if HAS_TRITON:
                 return
         seq_len = tl.load(seq_lens_ptr + seq)
         ctx_len = seq_len - q_len
-        if SKIP_FRESH:  # prefill_attention serves the sequences without a cached prefix
-            if ctx_len == 0:
-                return
 
         offs_m = tl.arange(0, BLOCK_M)
         offs_d = tl.arange(0, DIM_P)
@@ -430,6 +431,15 @@ if HAS_TRITON:
         io_mask = row_ok[:, None] & d_ok[None, :]
         q = load_q_rows(q_ptr, tok[:, None], head, stride_qt, stride_qh, offs_d, io_mask,
                         k_cache_ptr)  # fmt: skip
+        if FRESH:  # no cached prefix: keys and values from the step's k / v, by TMA
+            if ctx_len == 0:
+                acc, l_i = fresh_rows(
+                    q, fresh_k_desc, fresh_v_desc, q_start, local, q_len, kv_head, qk_scale,
+                    G, HEAD_DIM, BLOCK_Q, FRESH_N,
+                )  # fmt: skip
+                store_out_rows(out_ptr, tok[:, None], head, stride_ot, stride_oh, offs_d, acc,
+                               l_i, out_scale, io_mask)  # fmt: skip
+                return
 
         # Keys this tile of queries may see, and the prefix every one of its rows sees.
         kv_end = tl.minimum(seq_len, ctx_len + (local + 1) * BLOCK_Q)
@@ -593,11 +603,14 @@ def paged_attention(
         k_scale = v_scale = 1.0
     if step_kv is None and qk_prologue is not None:
         step_kv = (qk_prologue.k, qk_prologue.v)
-    skip_fresh = _fresh_path(q, kv_cache, step_kv, max_query_len, split, seq_grid)
-    if skip_fresh:
-        from strixlm.kernels.prefill_attention import prefill_attention
+    fresh = _fresh_path(q, kv_cache, step_kv, max_query_len, split, seq_grid, dim_p)
+    fresh_k = fresh_v = None
+    fresh_n = 0
+    if fresh:
+        from strixlm.kernels import prefill_attention as fresh_kv
 
-        prefill_attention(q, *step_kv, query_start_loc, seq_lens, scale, out)
+        fresh_n = fresh_kv.BLOCK_N
+        fresh_k, fresh_v = fresh_kv.fresh_descriptors(*step_kv, fresh_n)
     kc, vc = kv_cache[0], kv_cache[1]
     pdl = pdl_enabled(q)
     if split:
@@ -616,6 +629,8 @@ def paged_attention(
         segm_acc,
         segm_max,
         segm_sum,
+        fresh_k,
+        fresh_v,
         float(scale * k_scale * LOG2E),
         float(v_scale),
         num_seqs,
@@ -635,7 +650,8 @@ def paged_attention(
         SEQ_GRID=seq_grid,
         HAS_ORDER=seq_grid and seq_order is not None,
         FP8_PAIRS=fp8_pairs(q, kv_cache),
-        SKIP_FRESH=skip_fresh,
+        FRESH=fresh,
+        FRESH_N=fresh_n,
         PDL=pdl,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
@@ -646,11 +662,15 @@ def paged_attention(
     return out
 
 
-def _fresh_path(q, kv_cache, step_kv, max_query_len: int, split: bool, seq_grid: bool) -> bool:
+def _fresh_path(
+    q, kv_cache, step_kv, max_query_len: int, split: bool, seq_grid: bool, dim_p: int
+) -> bool:
     """Prefill configs with this step's k / v at hand and a cache holding them unchanged (not
-    fp8: attention must read what the cache holds) take prefill_attention for the fresh
-    sequences."""
+    fp8: attention must read what the cache holds) read the fresh sequences' keys from k / v
+    (prefill_attention.fresh_rows)."""
     if step_kv is None or split or seq_grid or max_query_len <= SPLIT_MAX_QUERY_LEN:
+        return False
+    if dim_p != q.shape[-1]:
         return False
     if kv_cache.dtype != q.dtype:
         return False
