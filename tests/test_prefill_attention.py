@@ -114,13 +114,14 @@ for dt in ("bf16", "fp16"):
                block_table_ptr="*i32", seq_lens_ptr="*i32", qsl_ptr="*i32", order_ptr="*i32",
                segm_acc_ptr="*fp32", segm_max_ptr="*fp32", segm_sum_ptr="*fp32",
                fresh_k_desc=f"tensordesc<{dt}[{bn},{d}]>",
-               fresh_v_desc=f"tensordesc<{dt}[{bn},{d}]>", qk_scale="fp32", out_scale="fp32",
-               num_seqs="i32")
+               fresh_v_desc=f"tensordesc<{dt}[{bn},{d}]>", merge_ctr_ptr="*i32",
+               qk_scale="fp32", out_scale="fp32", num_seqs="i32")
     for n in ("qt", "qh", "ot", "oh", "cb", "cs", "ch", "bt"):
         sig["stride_" + n] = "i32"
     c = dict(NUM_Q_HEADS=16, G=2, HEAD_DIM=d, DIM_P=d, BLOCK_SIZE=16, TILE=32, BLOCK_M=64,
              BLOCK_Q=32, NUM_SEGS=1, SPLIT=False, IEEE=False, K_ROWS=False, SEQ_GRID=False,
-             HAS_ORDER=False, FP8_PAIRS=False, FRESH=True, FRESH_N=bn, PDL=True)
+             HAS_ORDER=False, FP8_PAIRS=False, FRESH=True, FRESH_N=bn, MERGE=False,
+             PDL=True)
     src = ASTSource(pa._paged_attn_kernel, {**sig, **{k: "constexpr" for k in c}}, c)
     k = triton.compile(src, target=target, options=dict(num_warps=4, num_stages=3))
     assert "cp.async.bulk.tensor" in k.asm["ptx"] and "wgmma" in k.asm["ptx"]

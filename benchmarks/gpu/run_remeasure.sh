@@ -103,6 +103,9 @@
 #   freshab the fresh prompts' branch of the unified kernel (K/V from the step's k / v by
 #           TMA): bench_mixed_attn (checks it against the cache path, sweeps its K/V tile),
 #           then the workload with STRIXLM_PREFILL_ATTN=1 / 0, alternating, after a warm-up
+#   mergeab the split decode attention's merge inside the kernel (STRIXLM_ATTN_MERGE_IN_KERNEL):
+#           check_attention --quick with it on, batch-1 step time on / off, then the workload
+#           on / off, alternating
 #   prepab  the decode steps' num_computed update inside the input-prep kernel / as eager
 #           ops (STRIXLM_PREP_ADVANCE_IN_KERNEL=1 / 0), alternating
 #   gateupab the prefill gate_up + SiLU epilogue alone: the decode paths' tokens
@@ -462,5 +465,15 @@ fi
 if has prepab; then
   has freshab || run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_PREP_ADVANCE_IN_KERNEL tp_prep on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
+fi
+if has mergeab; then
+  STRIXLM_ATTN_MERGE_IN_KERNEL=1 run attn_merge 200 python benchmarks/gpu/check_attention.py --quick
+  for v in on:1 off:0 on2:1 off2:0; do
+    STRIXLM_ATTN_MERGE_IN_KERNEL=${v#*:} run "b1_${v%%:*}" 100 \
+      python benchmarks/gpu/profile_step.py --batch 1 32 --steps 50
+    grep "#####" "$OUT/b1_${v%%:*}.log"
+  done
+  has freshab || has prepab || run tp_warm 100 $TP --model qwen3-0.6b
+  ab_tp STRIXLM_ATTN_MERGE_IN_KERNEL tp_mg on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
 fi
 

@@ -34,6 +34,7 @@ import torch
 
 from strixlm.kernels.kv_write import FP8_DTYPE, HAS_TRITON
 from strixlm.kernels.pdl import pdl_enabled
+from strixlm.kernels.segment_merge import merge_counters
 
 if TYPE_CHECKING:
     from strixlm.kernels.qk_norm_rope import QKNormRopeWrite
@@ -44,6 +45,7 @@ if HAS_TRITON:
 
     from strixlm.kernels.pdl import pdl_prologue
     from strixlm.kernels.prefill_attention import fresh_rows
+    from strixlm.kernels.segment_merge import finish_segment
 
 LOG2E = 1.4426950408889634
 # Split heuristic knobs (see choose_num_splits); tuned on the H200 by
@@ -362,6 +364,7 @@ if HAS_TRITON:
         segm_sum_ptr,
         fresh_k_desc,
         fresh_v_desc,
+        merge_ctr_ptr,
         qk_scale,
         out_scale,
         num_seqs,
@@ -390,6 +393,7 @@ if HAS_TRITON:
         FP8_PAIRS: tl.constexpr,
         FRESH: tl.constexpr,
         FRESH_N: tl.constexpr,
+        MERGE: tl.constexpr,
         PDL: tl.constexpr,
     ):
         pdl_prologue(PDL)
@@ -477,6 +481,12 @@ if HAS_TRITON:
                 segm_acc_ptr, segm_max_ptr, segm_sum_ptr, row, row_ok, hi > lo, acc, m_i, l_i,
                 offs_d, DIM_P,
             )  # fmt: skip
+            if MERGE:  # the last segment of this (query tile, kv head) merges them all
+                finish_segment(
+                    out_ptr, segm_acc_ptr, segm_max_ptr, segm_sum_ptr, merge_ctr_ptr,
+                    tl.program_id(0) * tl.num_programs(1) + kv_head, tok, head, row_ok, offs_d,
+                    out_scale, stride_ot, stride_oh, HEAD_DIM, NUM_Q_HEADS, NUM_SEGS, DIM_P,
+                )  # fmt: skip
         else:
             store_out_rows(out_ptr, tok[:, None], head, stride_ot, stride_oh, offs_d, acc, l_i,
                            out_scale, io_mask)  # fmt: skip
@@ -603,18 +613,22 @@ def paged_attention(
         k_scale = v_scale = 1.0
     if step_kv is None and qk_prologue is not None:
         step_kv = (qk_prologue.k, qk_prologue.v)
-    fresh = _fresh_path(q, kv_cache, step_kv, max_query_len, split, seq_grid, dim_p)
+    from strixlm.kernels import prefill_attention as fresh_kv
+
+    # Prefill configs read fresh prompts' K/V from the step's k / v where they can.
+    prefill_cfg = not (split or seq_grid) and max_query_len > SPLIT_MAX_QUERY_LEN
+    fresh = prefill_cfg and fresh_kv.fresh_path(q, kv_cache, step_kv, dim_p)
     fresh_k = fresh_v = None
     fresh_n = 0
     if fresh:
-        from strixlm.kernels import prefill_attention as fresh_kv
-
         fresh_n = fresh_kv.BLOCK_N
         fresh_k, fresh_v = fresh_kv.fresh_descriptors(*step_kv, fresh_n)
     kc, vc = kv_cache[0], kv_cache[1]
     pdl = pdl_enabled(q)
+    merge_ctr = None
     if split:
         segm_acc, segm_max, segm_sum = segment_buffers(t, hq, cfg.num_splits, dim_p, q.device)
+        merge_ctr = merge_counters(q.device, n_q_blocks * hkv)
     else:
         segm_acc = segm_max = segm_sum = out  # never touched; any pointer will do
     _paged_attn_kernel[(n_q_blocks, hkv, cfg.num_splits)](
@@ -631,6 +645,7 @@ def paged_attention(
         segm_sum,
         fresh_k,
         fresh_v,
+        merge_ctr if merge_ctr is not None else seq_lens,  # untouched without MERGE
         float(scale * k_scale * LOG2E),
         float(v_scale),
         num_seqs,
@@ -652,31 +667,15 @@ def paged_attention(
         FP8_PAIRS=fp8_pairs(q, kv_cache),
         FRESH=fresh,
         FRESH_N=fresh_n,
+        MERGE=merge_ctr is not None,
         PDL=pdl,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         launch_pdl=pdl,
     )
-    if split:
+    if split and merge_ctr is None:
         merge_segments(out, segm_acc, segm_max, segm_sum, float(v_scale), cfg.num_splits)
     return out
-
-
-def _fresh_path(
-    q, kv_cache, step_kv, max_query_len: int, split: bool, seq_grid: bool, dim_p: int
-) -> bool:
-    """Prefill configs with this step's k / v at hand and a cache holding them unchanged (not
-    fp8: attention must read what the cache holds) read the fresh sequences' keys from k / v
-    (prefill_attention.fresh_rows)."""
-    if step_kv is None or split or seq_grid or max_query_len <= SPLIT_MAX_QUERY_LEN:
-        return False
-    if dim_p != q.shape[-1]:
-        return False
-    if kv_cache.dtype != q.dtype:
-        return False
-    from strixlm.kernels.prefill_attention import prefill_fits
-
-    return prefill_fits(q, *step_kv)
 
 
 def segment_buffers(

@@ -27,7 +27,7 @@ if HAS_TRITON:
 
 # STRIXLM_PREFILL_ATTN=0 keeps the cache path for every row (A/B runs; read at import).
 # FRESH applies on sm90+ (TMA) with half-precision q/k/v and a cache of the same dtype
-# (prefill_fits, paged_attention._fresh_path). H200, bench_mixed_attn.py (2026-12-02), the
+# (fresh_path). H200, bench_mixed_attn.py (2026-12-02), the
 # first version, a launch of its own for the fresh rows beside the unified kernel skipping
 # them: per layer a pure admission step (13 prompts, 8192 tokens) 127.0 -> 109.9 us, and the
 # fresh rows alone 114.4 -> 76.3 us with 32-token query blocks, 64-token K/V tiles, 4 warps;
@@ -69,6 +69,14 @@ def prefill_fits(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     if d & (d - 1) or not 16 <= d <= 256 or q.shape[1] % k.shape[1]:
         return False
     return _tma_2d(k) is not None and _tma_2d(v) is not None
+
+
+def fresh_path(q, kv_cache, step_kv, dim_p: int) -> bool:
+    """On a prefill config: this step's k / v at hand, a cache holding them unchanged (not
+    fp8: attention must read what the cache holds), an unpadded head dim, prefill_fits."""
+    if step_kv is None or dim_p != q.shape[-1] or kv_cache.dtype != q.dtype:
+        return False
+    return prefill_fits(q, *step_kv)
 
 
 if HAS_TRITON:
