@@ -106,8 +106,9 @@
 #   mergeab the split decode attention's merge inside the kernel (STRIXLM_ATTN_MERGE_IN_KERNEL):
 #           check_attention --quick with it on, batch-1 step time on / off, then the workload
 #           on / off, alternating
-#   prepab  the decode steps' num_computed update inside the input-prep kernel / as eager
-#           ops (STRIXLM_PREP_ADVANCE_IN_KERNEL=1 / 0), alternating
+#   prepab  greedy tokens vs HF on CUDA (check_e2e.py), then the decode steps' num_computed
+#           update inside the input-prep kernel / as eager ops
+#           (STRIXLM_PREP_ADVANCE_IN_KERNEL=1 / 0), alternating
 #   gateupab the prefill gate_up + SiLU epilogue alone: the decode paths' tokens
 #           (check_decode_paths, defaults vs the reference with it off), then the workload
 #           with it on / off (STRIXLM_PREFILL_GATE_UP_SILU_ROWS=2048 / 0), alternating
@@ -463,6 +464,7 @@ if has freshab; then
   ab_tp STRIXLM_PREFILL_ATTN tp_fr on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
 fi
 if has prepab; then
+  run e2e 240 python benchmarks/gpu/check_e2e.py  # the in-kernel update is on by default
   has freshab || run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_PREP_ADVANCE_IN_KERNEL tp_prep on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
 fi
