@@ -92,8 +92,6 @@
 #   sampleab2 the same with two pairs (after a warm-up)
 #   mixedattn the admission steps' attention: one launch vs prefill + decode rows apart
 #           (bench_mixed_attn.py)
-#   pfab    the workload with the persistent grid's first two tiles hinted into L2 before
-#           its PDL wait (STRIXLM_ATTN_PREFETCH_TILES=2 / 0), alternating, after a warm-up
 #   budgetab the workload at --max-num-batched-tokens 16384 / 8192, alternating
 #   budgetab2 the same at 6144 / 4096 / 8192, after a warm-up
 #   prefillab the fresh prompts' attention from the step's k / v and the prefill gate_up + SiLU
@@ -419,10 +417,6 @@ if has sampleab2; then
 fi
 if has mixedattn; then
   run mixed_attn 150 python benchmarks/gpu/bench_mixed_attn.py --json "$OUT/mixed_attn.json"
-fi
-if has pfab; then
-  has sampleab2 || run tp_warm 100 $TP --model qwen3-0.6b
-  ab_tp STRIXLM_ATTN_PREFETCH_TILES tp_pf on1:2 off1:0 on2:2 off2:0 on3:2 off3:0
 fi
 if has budgetab; then
   for v in b16k1:16384 b8k1:8192 b16k2:16384 b8k2:8192; do

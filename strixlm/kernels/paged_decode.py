@@ -55,7 +55,7 @@ if HAS_TRITON:
         store_out_rows,
         store_segment_partial,
     )
-    from strixlm.kernels.pdl import pdl_prologue, prefetch_l2
+    from strixlm.kernels.pdl import pdl_prologue
     from strixlm.kernels.qk_norm_rope import norm_rope_decode_items
 
     try:
@@ -86,10 +86,6 @@ PERSISTENT_SPLIT_MIN_ITEMS = float(os.environ.get("STRIXLM_ATTN_PERSISTENT_SPLIT
 # 2026-12-01): with a static deal programs ended 13-58 us apart within 130-270 us launches,
 # even with identical tiles each (busy / span 0.87-0.96).
 DYNAMIC_FRAC = float(os.environ.get("STRIXLM_ATTN_DYNAMIC_FRAC", "0.6"))
-# With PDL, the first tiles of each program's first dealt item hinted into L2 before the
-# wait, while the predecessor (the q/k norm launch) runs: 0 = off. Session 9 tried one tile
-# together with weight hints in split-K and GEMV (-1.2% in all); this is attention alone.
-PREFETCH_TILES = int(os.environ.get("STRIXLM_ATTN_PREFETCH_TILES", "0"))
 _COUNTERS: dict[tuple[torch.device, int], torch.Tensor] = {}
 
 
@@ -214,9 +210,6 @@ if HAS_TRITON:
         TIMING: tl.constexpr,
         DYNAMIC: tl.constexpr,
         PDL: tl.constexpr,
-        PF_TILES: tl.constexpr,
-        PF_LINES: tl.constexpr,
-        LINE_ELEMS: tl.constexpr,
     ):
         p = tl.program_id(0)
         n_prog = tl.num_programs(0)
@@ -249,23 +242,7 @@ if HAS_TRITON:
         total = tl.sum(tiles, axis=0)
         # The deal reads only the step's inputs, written before the previous kernel (which
         # waited for them before it let this one start): the wait for the previous
-        # kernel's q and K/V comes after it. Before it too, the first PF_TILES tiles of the
-        # program's first item are hinted into L2 while the predecessor drains.
-        if PF_TILES > 0:
-            first = idx == 0
-            n0 = tl.sum(tl.where(first, tiles, 0), axis=0)
-            pos0 = tl.sum(tl.where(first, los, 0), axis=0) * TILE + tl.arange(0, PF_TILES * TILE)
-            pf_ok = (pos0 < tl.sum(tl.where(first, lens, 0), axis=0)) & (n0 > 0)
-            pf_ok = pf_ok & (tl.arange(0, PF_TILES * TILE) < n0 * TILE)
-            seq0 = tl.sum(tl.where(first, seqs, 0), axis=0).to(tl.int64)
-            blk0 = tl.load(block_table_ptr + seq0 * stride_bt + pos0 // BLOCK_SIZE, mask=pf_ok,
-                           other=0).to(tl.int64)  # fmt: skip
-            row0 = blk0 * stride_cb + (pos0 % BLOCK_SIZE) * stride_cs + kv_head * stride_ch
-            lines = tl.arange(0, PF_LINES) * LINE_ELEMS
-            pf = row0[:, None] + lines[None, :]
-            pf_m = pf_ok[:, None] & (lines < HEAD_DIM)[None, :]
-            prefetch_l2(k_cache_ptr + pf, pf_m)
-            prefetch_l2(v_cache_ptr + pf, pf_m)
+        # kernel's q and K/V comes after it.
         pdl_prologue(PDL)
 
         offs_m = tl.arange(0, BLOCK_M)
@@ -486,9 +463,6 @@ def paged_decode_persistent(
         TIMING=timing is not None,
         DYNAMIC=n_dyn > 0,
         PDL=pdl,
-        PF_TILES=PREFETCH_TILES if pdl else 0,
-        PF_LINES=_pow2(max(1, d * kv_cache.element_size() // 128)),
-        LINE_ELEMS=max(1, 128 // kv_cache.element_size()),
         num_warps=num_warps,
         num_stages=num_stages,
         launch_pdl=pdl,

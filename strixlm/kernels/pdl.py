@@ -49,17 +49,3 @@ if HAS_TRITON:
         if PDL:
             gdc_wait()
             gdc_launch_dependents()
-
-    @triton.jit
-    def prefetch_l2(ptrs, mask):
-        # One prefetch.global.L2 (a 128-byte line) per pointer where mask holds; the dummy
-        # output keeps the asm. L2 is the GPU's point of coherence, so a line hinted before
-        # a predecessor writes it is still read fresh after the wait.
-        tl.inline_asm_elementwise(
-            "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; }\n\tmov.u32 $0, 0;",
-            "=r,l,r",
-            [ptrs, mask.to(tl.int32)],
-            dtype=tl.int32,
-            is_pure=False,
-            pack=1,
-        )
