@@ -28,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+import graph_timing  # noqa: E402
 import torch  # noqa: E402
 from check_attention import DTYPE, SCALE, make_batch  # noqa: E402
 
@@ -53,26 +54,9 @@ def mix(num_decodes: int, seed: int) -> list[tuple[int, int]]:
     return rows
 
 
-def graph_time_us(fn, reps: int = 20) -> float:
-    """Per call, from a CUDA graph of LAYERS calls replayed reps times."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(LAYERS):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        g.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1e3 / (reps * LAYERS)
+def graph_time_us(fn) -> float:
+    """Per call, from a CUDA graph of LAYERS calls (graph_timing.graph_time_us)."""
+    return graph_timing.graph_time_us(fn, reps=20, calls=LAYERS)
 
 
 def call(q, cache, md, max_query_len: int, max_seq_len: int, order=None, step_kv=None):

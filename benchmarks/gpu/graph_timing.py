@@ -6,8 +6,9 @@ from __future__ import annotations
 import torch
 
 
-def graph_time_us(fn, reps: int = 20) -> float:
-    """Replay time of fn captured in a CUDA graph (median of 3 batches of reps)."""
+def graph_time_us(fn, reps: int = 20, calls: int = 1) -> float:
+    """Replay time of fn captured in a CUDA graph (median of 3 batches of reps), per call
+    when the graph holds `calls` calls back to back (28: one per layer, as in a step)."""
     fn()
     torch.cuda.synchronize()
     stream = torch.cuda.Stream()
@@ -16,8 +17,9 @@ def graph_time_us(fn, reps: int = 20) -> float:
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        fn()
-    return replay_time_us(g, reps)
+        for _ in range(calls):
+            fn()
+    return replay_time_us(g, reps) / calls
 
 
 def replay_time_us(g: torch.cuda.CUDAGraph, reps: int = 20) -> float:

@@ -18,7 +18,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import graph_timing  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
@@ -29,25 +31,9 @@ from strixlm.kernels.activation import silu_and_mul  # noqa: E402
 LAYERS = 28
 
 
-def graph_us(fn, reps: int = 10) -> float:
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(LAYERS):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(reps):
-        g.replay()
-    b.record()
-    torch.cuda.synchronize()
-    return a.elapsed_time(b) * 1e3 / (reps * LAYERS)
+def graph_us(fn) -> float:
+    """Per call, from a CUDA graph of LAYERS calls (graph_timing.graph_time_us)."""
+    return graph_timing.graph_time_us(fn, reps=10, calls=LAYERS)
 
 
 def main() -> None:

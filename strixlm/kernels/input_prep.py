@@ -125,25 +125,12 @@ def prepare_inputs(
 
     input_ids int32, positions int64, slot_mapping int64, seq_lens int32.
     """
+    args = (token_ids, num_computed, block_table, rows, query_start_loc, block_size)
+    outs = (input_ids, positions, slot_mapping, seq_lens)
     if not (HAS_TRITON and token_ids.is_cuda):
-        prepare_inputs_ref(
-            token_ids,
-            num_computed,
-            block_table,
-            rows,
-            query_start_loc,
-            block_size,
-            input_ids,
-            positions,
-            slot_mapping,
-            seq_lens,
-            num_real,
-        )
-        return
-    prepare_inputs_triton(
-        token_ids, num_computed, block_table, rows, query_start_loc, block_size, input_ids,
-        positions, slot_mapping, seq_lens, max_query_len, num_real,
-    )  # fmt: skip
+        prepare_inputs_ref(*args, *outs, num_real)
+    else:
+        prepare_inputs_triton(*args, *outs, max_query_len, num_real)
 
 
 def prepare_inputs_triton(
