@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from strixlm.kernels import prefill_attention as fresh_kv
 from strixlm.kernels.kv_write import FP8_DTYPE, HAS_TRITON
 from strixlm.kernels.pdl import pdl_enabled
 from strixlm.kernels.segment_merge import merge_counters
@@ -566,8 +567,8 @@ def paged_attention(
     written to the cache: inside the persistent decode kernel when it runs unsplit (one
     launch fewer), else by the separate q/k norm + rotary launch first.
     step_kv: this step's k / v [T, Hkv, D] as written to the cache (the prologue's, when
-    there is one): on prefill configs, sequences without a cached prefix then read them
-    directly (prefill_attention.py) and the unified kernel serves the others.
+    there is one): on prefill configs, the programs on sequences without a cached prefix
+    then read them by TMA (prefill_attention.fresh_rows, opt-in), the others the cache.
     """
     t, hq, d = q.shape
     _, _, bs, hkv, dc = kv_cache.shape
@@ -613,8 +614,6 @@ def paged_attention(
         k_scale = v_scale = 1.0
     if step_kv is None and qk_prologue is not None:
         step_kv = (qk_prologue.k, qk_prologue.v)
-    from strixlm.kernels import prefill_attention as fresh_kv
-
     # Prefill configs read fresh prompts' K/V from the step's k / v where they can.
     prefill_cfg = not (split or seq_grid) and max_query_len > SPLIT_MAX_QUERY_LEN
     fresh = prefill_cfg and fresh_kv.fresh_path(q, kv_cache, step_kv, dim_p)
