@@ -107,6 +107,8 @@
 #   prepab  greedy tokens vs HF on CUDA (check_e2e.py), then the decode steps' num_computed
 #           update inside the input-prep kernel / as eager ops
 #           (STRIXLM_PREP_ADVANCE_IN_KERNEL=1 / 0), alternating
+#   headfused decode attention reading whole KV blocks (all kv heads) per tile, against the
+#           engine's kernel (bench_headfused_decode.py; ~3 min)
 #   stackab session 16's switches all on (fresh branch, in-kernel merge, in-kernel
 #           num_computed update, prefill gate_up epilogue) / all off, alternating
 #   gateupab the prefill gate_up + SiLU epilogue alone: the decode paths' tokens
@@ -483,5 +485,8 @@ if has stackab; then  # the stack of session 16's changes against session 15's p
       --output-json "$OUT/tp_st_$name.json"
   done
   grep "strixlm  " "$OUT"/tp_st_*.log
+fi
+if has headfused; then
+  run headfused 300 python benchmarks/gpu/bench_headfused_decode.py --json "$OUT/headfused.json"
 fi
 
