@@ -22,7 +22,7 @@ from strixlm.kernels.paged_attention import paged_attention_ref  # noqa: E402
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
-@pytest.mark.parametrize("nb", [1, 2])
+@pytest.mark.parametrize("nb", [1, 2, 4])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_head_fused_decode_matches_reference(nb, dtype):
     g = torch.Generator().manual_seed(nb)
