@@ -191,6 +191,11 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument(
+        "--engine-only",
+        action="store_true",
+        help="time the engine's kernel only (e.g. under STRIXLM_ATTN_DECODE_TILE / _WARPS)",
+    )
     args = ap.parse_args()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     scale = D**-0.5
@@ -207,7 +212,7 @@ def main() -> int:
         # Triton does not multi-buffer this loop's pointer loads (no cp.async at 2-3 stages,
         # compiled for sm90), so stages barely matter; NB = 4 is the engine's 64 tokens a
         # tile, for every head at once (one program per SM fits its shared memory).
-        for nb in (1, 2, 4):
+        for nb in () if args.engine_only else (1, 2, 4):
             for per_sm in (1, 2, 3):
                 for warps in (4, 8):
                     for stages in (1, 2):
@@ -227,13 +232,15 @@ def main() -> int:
                         t = graph_us(fn)
                         line["variants"].append({**cfg, "us": t})
                         best = min(best, (t, cfg), key=lambda r: r[0])
+        rows.append(line)
+        if args.engine_only:
+            continue
         line["best_us"], line["best_cfg"] = best
         print(
             f"  head-fused best {best[0]:7.1f} us ({kv_bytes / best[0] / 1e6:.2f} TB/s) "
             f"{best[1]}: x{eng / best[0]:.3f} against the engine",
             flush=True,
         )
-        rows.append(line)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

@@ -108,7 +108,8 @@
 #           update inside the input-prep kernel / as eager ops
 #           (STRIXLM_PREP_ADVANCE_IN_KERNEL=1 / 0), alternating
 #   headfused decode attention reading whole KV blocks (all kv heads) per tile, against the
-#           engine's kernel (bench_headfused_decode.py; ~3 min)
+#           engine's kernel (bench_headfused_decode.py; ~3 min), and the engine's kernel with
+#           128-token tiles and 4 warps
 #   stackab session 16's switches all on (fresh branch, in-kernel merge, in-kernel
 #           num_computed update, prefill gate_up epilogue) / all off, alternating
 #   gateupab the prefill gate_up + SiLU epilogue alone: the decode paths' tokens
@@ -488,5 +489,9 @@ if has stackab; then  # the stack of session 16's changes against session 15's p
 fi
 if has headfused; then
   run headfused 300 python benchmarks/gpu/bench_headfused_decode.py --json "$OUT/headfused.json"
+  # The engine's own kernel with twice the tokens a tile (the knobs are read at import).
+  STRIXLM_ATTN_DECODE_TILE=128 STRIXLM_ATTN_DECODE_WARPS=4 STRIXLM_ATTN_PERSISTENT_CTAS=2 \
+    run engine_tile128 120 \
+    python benchmarks/gpu/bench_headfused_decode.py --engine-only
 fi
 
