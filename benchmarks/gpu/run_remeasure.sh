@@ -110,6 +110,9 @@
 #   headfused decode attention reading whole KV blocks (all kv heads) per tile, against the
 #           engine's kernel (bench_headfused_decode.py; ~3 min), and the engine's kernel with
 #           128-token tiles and 4 warps
+#   qkvab   qkv with the q/k norm + rotary + K/V write in a TMA epilogue at prefill rows:
+#           sweep_prefill_gemm.py (checks it against the two launches, times it), then the
+#           workload with STRIXLM_PREFILL_QKV_EPILOGUE=1 / 0, alternating
 #   stackab session 16's switches all on (fresh branch, in-kernel merge, in-kernel
 #           num_computed update, prefill gate_up epilogue) / all off, alternating
 #   gateupab the prefill gate_up + SiLU epilogue alone: the decode paths' tokens
@@ -493,5 +496,10 @@ if has headfused; then
   STRIXLM_ATTN_DECODE_TILE=128 STRIXLM_ATTN_DECODE_WARPS=4 STRIXLM_ATTN_PERSISTENT_CTAS=2 \
     run engine_tile128 120 \
     python benchmarks/gpu/bench_headfused_decode.py --engine-only
+fi
+if has qkvab; then
+  run prefill_gemm 240 python benchmarks/gpu/sweep_prefill_gemm.py --json "$OUT/prefill_gemm.json"
+  has freshab || has prepab || has mergeab || run tp_warm 100 $TP --model qwen3-0.6b
+  ab_tp STRIXLM_PREFILL_QKV_EPILOGUE tp_qkv on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
 fi
 
