@@ -114,7 +114,7 @@
 #           sweep_prefill_gemm.py (checks it against the two launches, times it), then the
 #           workload with STRIXLM_PREFILL_QKV_EPILOGUE=1 / 0, alternating
 #   stackab session 16's switches all on (fresh branch, in-kernel merge, in-kernel
-#           num_computed update, prefill gate_up epilogue) / all off, alternating
+#           num_computed update, prefill qkv and gate_up epilogues) / all off, alternating
 #   gateupab the prefill gate_up + SiLU epilogue alone: the decode paths' tokens
 #           (check_decode_paths, defaults vs the reference with it off), then the workload
 #           with it on / off (STRIXLM_PREFILL_GATE_UP_SILU_ROWS=2048 / 0), alternating
@@ -485,8 +485,8 @@ if has stackab; then  # the stack of session 16's changes against session 15's p
   for v in on1:1:2048 off1:0:0 on2:1:2048 off2:0:0 on3:1:2048 off3:0:0; do
     IFS=: read -r name on rows <<< "$v"
     STRIXLM_PREFILL_ATTN=$on STRIXLM_ATTN_MERGE_IN_KERNEL=$on STRIXLM_PREP_ADVANCE_IN_KERNEL=$on \
-      STRIXLM_PREFILL_GATE_UP_SILU_ROWS=$rows run "tp_st_$name" 100 $TP --model qwen3-0.6b \
-      --output-json "$OUT/tp_st_$name.json"
+      STRIXLM_PREFILL_QKV_EPILOGUE=$on STRIXLM_PREFILL_GATE_UP_SILU_ROWS=$rows \
+      run "tp_st_$name" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_st_$name.json"
   done
   grep "strixlm  " "$OUT"/tp_st_*.log
 fi
