@@ -54,10 +54,10 @@ def _tma_2d(x: torch.Tensor) -> torch.Tensor | None:
 def prefill_fits(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     """fresh_rows can serve the step: enabled, CUDA sm90+ (or the interpreter), one 16-bit
     dtype, a power-of-two head dim of 16-256 (one TMA box), TMA-describable k / v views."""
-    from strixlm.kernels.paged_attention import interpreter_active
-
     if not (ENABLED and HAS_TRITON) or q.dtype not in (torch.float16, torch.bfloat16):
         return False
+    from strixlm.kernels.paged_attention import interpreter_active
+
     if not (k.dtype == v.dtype == q.dtype):
         return False
     if q.is_cuda:
@@ -74,8 +74,8 @@ def prefill_fits(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
 def fresh_path(q, kv_cache, step_kv, dim_p: int) -> bool:
     """On a prefill config: this step's k / v at hand, a cache holding them unchanged (not
     fp8: attention must read what the cache holds), an unpadded head dim, prefill_fits."""
-    if step_kv is None or dim_p != q.shape[-1] or kv_cache.dtype != q.dtype:
-        return False
+    if not ENABLED or step_kv is None or dim_p != q.shape[-1] or kv_cache.dtype != q.dtype:
+        return False  # off (the default): nothing else is looked at, per layer and step
     return prefill_fits(q, *step_kv)
 
 
