@@ -385,16 +385,13 @@ def attn(dt, cache_dt, cfg, seq_grid, has_order):
     sig = dict(out_ptr=f"*{dt}", q_ptr=f"*{dt}", k_cache_ptr=f"*{cache_dt}",
                v_cache_ptr=f"*{cache_dt}", block_table_ptr="*i32", seq_lens_ptr="*i32",
                qsl_ptr="*i32", order_ptr="*i32", segm_acc_ptr="*fp32", segm_max_ptr="*fp32",
-               segm_sum_ptr="*fp32", fresh_k_desc="constexpr", fresh_v_desc="constexpr",
-               merge_ctr_ptr="*i32", qk_scale="fp32", out_scale="fp32", num_seqs="i32")
+               segm_sum_ptr="*fp32", qk_scale="fp32", out_scale="fp32", num_seqs="i32")
     for n in ("qt", "qh", "ot", "oh", "cb", "cs", "ch", "bt"):
         sig["stride_" + n] = "i32"
-    c = dict(fresh_k_desc=None, fresh_v_desc=None,  # without FRESH (test_prefill_attention)
-             NUM_Q_HEADS=16, G=2, HEAD_DIM=128, DIM_P=128, BLOCK_SIZE=16, TILE=cfg.tile,
+    c = dict(NUM_Q_HEADS=16, G=2, HEAD_DIM=128, DIM_P=128, BLOCK_SIZE=16, TILE=cfg.tile,
              BLOCK_M=cfg.block_m, BLOCK_Q=cfg.block_m // 2, NUM_SEGS=cfg.num_splits,
              SPLIT=cfg.num_splits > 1, IEEE=False, K_ROWS=cfg.k_rows, SEQ_GRID=seq_grid,
-             HAS_ORDER=has_order, FP8_PAIRS=cache_dt == "fp8e4nv", FRESH=False, FRESH_N=0,
-             MERGE=cfg.num_splits > 1, PDL=has_order)  # split configs merge in the kernel
+             HAS_ORDER=has_order, FP8_PAIRS=cache_dt == "fp8e4nv", PDL=has_order)
     build(pa._paged_attn_kernel, sig, c, cfg.num_warps, cfg.num_stages)
 
 attn("bf16", "fp8e4nv", pa.select_config(16, 8, 128, 1, 1, 8192, 132), True, True)

@@ -8,9 +8,6 @@ of 28 launches (one per layer, as in a step):
   one     the whole batch, decodes first (the scheduler's order), the mixed graph's config;
   pre     the prefill rows alone, same config;
   dec     the decode rows alone with the decode path's choice (persistent grid or split);
-  one_fresh / pre_fresh  the same with the step's k / v given (step_kv): the unified kernel's
-          programs on fresh prompts read them by TMA (prefill_attention.fresh_rows; its
-          output is checked against the cache path first), with a sweep of its K/V tile;
 and prints one against pre + dec. Shapes follow the workload's admission: D decodes with
 contexts of 100-1100 tokens beside prompts of 100-1024 tokens filling the 8192-token budget.
 
@@ -32,9 +29,7 @@ import graph_timing  # noqa: E402
 import torch  # noqa: E402
 from check_attention import DTYPE, SCALE, make_batch  # noqa: E402
 
-from strixlm.kernels import kv_write as kvw  # noqa: E402
 from strixlm.kernels import paged_attention as pa  # noqa: E402
-from strixlm.kernels import prefill_attention as pfa  # noqa: E402
 
 BUDGET = 8192
 LAYERS = 28
@@ -59,36 +54,11 @@ def graph_time_us(fn) -> float:
     return graph_timing.graph_time_us(fn, reps=20, calls=LAYERS)
 
 
-def call(q, cache, md, max_query_len: int, max_seq_len: int, order=None, step_kv=None):
+def call(q, cache, md, max_query_len: int, max_seq_len: int, order=None):
     return lambda: pa.paged_attention(
         q, cache, md.query_start_loc, md.seq_lens, md.block_table, SCALE,
-        max_query_len=max_query_len, max_seq_len=max_seq_len, seq_order=order, step_kv=step_kv,
+        max_query_len=max_query_len, max_seq_len=max_seq_len, seq_order=order,
     )  # fmt: skip
-
-
-def fresh_check(q, k, v, cache, md) -> float:
-    """Relative error of the fresh path against the unified kernel alone (K/V written to the
-    cache first, as the q/k launch does)."""
-    kvw.write_kv(cache, k, v, md.slot_mapping)
-    ref = call(q, cache, md, BUDGET, MAX_MODEL_LEN)()[: md.num_tokens].float()
-    got = call(q, cache, md, BUDGET, MAX_MODEL_LEN, step_kv=(k, v))()[: md.num_tokens].float()
-    return ((got - ref).norm() / ref.norm()).item()
-
-
-def sweep_fresh(q, k, v, cache, md) -> list:
-    """The whole batch with the fresh branch over its K/V tile (prefill_attention.BLOCK_N)."""
-    rows = []
-    for bn in (32, 64, 128):
-        pfa.BLOCK_N = bn
-        try:
-            t = graph_time_us(call(q, cache, md, BUDGET, MAX_MODEL_LEN, step_kv=(k, v)))
-        except Exception as e:
-            print(f"    fresh block_n {bn}: {type(e).__name__}: {str(e)[:100]}")
-            continue
-        print(f"    fresh branch, block_n {bn}: {t:.1f} us", flush=True)
-        rows.append({"block_n": bn, "us": t})
-    pfa.BLOCK_N = 64
-    return rows
 
 
 def order_of(md) -> torch.Tensor:
@@ -97,7 +67,6 @@ def order_of(md) -> torch.Tensor:
 
 
 def main() -> None:
-    pfa.ENABLED = True  # the fresh branch is opt-in in the engine; here it is measured
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -107,18 +76,11 @@ def main() -> None:
         dec = [r for r in rows if r[1] == 1]
         pre = [r for r in rows if r[1] > 1]
         res = {"decodes": d, "prefill_tokens": sum(x for _, x in pre), "prompts": len(pre)}
-        q, k, v, cache, md = make_batch(rows, DTYPE, seed=1)
-        res["fresh_rel_err"] = fresh_check(q, k, v, cache, md)
+        q, _, _, cache, md = make_batch(rows, DTYPE, seed=1)
         res["one_us"] = graph_time_us(call(q, cache, md, BUDGET, MAX_MODEL_LEN))
-        fresh = call(q, cache, md, BUDGET, MAX_MODEL_LEN, step_kv=(k, v))
-        res["one_fresh_us"] = graph_time_us(fresh)
-        if d in (0, 128):
-            res["sweep"] = sweep_fresh(q, k, v, cache, md)
         del cache
-        q, k, v, cache, md = make_batch(pre, DTYPE, seed=2)
+        q, _, _, cache, md = make_batch(pre, DTYPE, seed=2)
         res["pre_us"] = graph_time_us(call(q, cache, md, BUDGET, MAX_MODEL_LEN))
-        fresh = call(q, cache, md, BUDGET, MAX_MODEL_LEN, step_kv=(k, v))
-        res["pre_fresh_us"] = graph_time_us(fresh)
         del cache
         res["dec_us"] = 0.0
         if dec:
@@ -137,9 +99,7 @@ def main() -> None:
             f" one {res['one_us']:7.1f} us | pre {res['pre_us']:7.1f} + dec {res['dec_us']:6.1f}"
             f" = {two:7.1f} (x{res['one_us'] / two:.3f}) | decodes alone with the mixed"
             f" config {res.get('dec_mixedcfg_us', 0):6.1f} us"
-            f" ({res.get('dec_mixedcfg_tbs', 0):.2f} TB/s vs {res.get('dec_tbs', 0):.2f})"
-            f" | fresh path: one {res['one_fresh_us']:7.1f} us, pre {res['pre_fresh_us']:7.1f}"
-            f" (rel err vs unified {res['fresh_rel_err']:.1e})",
+            f" ({res.get('dec_mixedcfg_tbs', 0):.2f} TB/s vs {res.get('dec_tbs', 0):.2f})",
             flush=True,
         )
         results.append(res)

@@ -46,8 +46,7 @@ VARIANTS = {  # name -> environment; the first is the reference (session 10's di
         STRIXLM_DENSE_GEMM="0",
         STRIXLM_FUSE_GATE_UP_SILU="0",
         STRIXLM_TMA_GEMM="0",
-        STRIXLM_PREFILL_ATTN="0",  # session 16: the prefill paths off too
-        STRIXLM_PREFILL_GATE_UP_SILU_ROWS="0",
+        STRIXLM_PREFILL_GATE_UP_SILU_ROWS="0",  # session 16: the prefill epilogue off too
     ),
     "defaults": {},
     "eager_defaults": dict(STRIXLM_CHECK_EAGER="1"),

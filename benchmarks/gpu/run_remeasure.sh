@@ -94,27 +94,12 @@
 #           (bench_mixed_attn.py)
 #   budgetab the workload at --max-num-batched-tokens 16384 / 8192, alternating
 #   budgetab2 the same at 6144 / 4096 / 8192, after a warm-up
-#   prefillab the fresh prompts' attention from the step's k / v and the prefill gate_up + SiLU
-#           epilogue: kernels vs the unified kernel (bench_mixed_attn), the decode paths'
-#           tokens (check_decode_paths, defaults vs the reference with both off), then the
-#           workload with both on / off, alternating, after a warm-up
-#   freshab the fresh prompts' branch of the unified kernel (K/V from the step's k / v by
-#           TMA): bench_mixed_attn (checks it against the cache path, sweeps its K/V tile),
-#           then the workload with STRIXLM_PREFILL_ATTN=1 / 0, alternating, after a warm-up
-#   mergeab the split decode attention's merge inside the kernel (STRIXLM_ATTN_MERGE_IN_KERNEL):
-#           check_attention --quick with it on, batch-1 step time on / off, then the workload
-#           on / off, alternating
 #   prepab  greedy tokens vs HF on CUDA (check_e2e.py), then the decode steps' num_computed
 #           update inside the input-prep kernel / as eager ops
 #           (STRIXLM_PREP_ADVANCE_IN_KERNEL=1 / 0), alternating
 #   headfused decode attention reading whole KV blocks (all kv heads) per tile, against the
 #           engine's kernel (bench_headfused_decode.py; ~3 min), and the engine's kernel with
 #           128-token tiles and 4 warps
-#   qkvab   qkv with the q/k norm + rotary + K/V write in a TMA epilogue at prefill rows:
-#           sweep_prefill_gemm.py (checks it against the two launches, times it), then the
-#           workload with STRIXLM_PREFILL_QKV_EPILOGUE=1 / 0, alternating
-#   stackab session 16's switches all on (fresh branch, in-kernel merge, in-kernel
-#           num_computed update, prefill qkv and gate_up epilogues) / all off, alternating
 #   gateupab the prefill gate_up + SiLU epilogue alone: the decode paths' tokens
 #           (check_decode_paths, defaults vs the reference with it off), then the workload
 #           with it on / off (STRIXLM_PREFILL_GATE_UP_SILU_ROWS=2048 / 0), alternating
@@ -123,6 +108,8 @@
 #   fusedab the workload with the fused greedy tail on / off, alternating, three pairs
 #   lmhead  the greedy tail (LM head + greedy sampling graph) against the LM head with an
 #           argmax epilogue (bench_lm_head_argmax.py): config sweep and token check per M
+#   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
+#           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
 SECTIONS=${*:-checks}
 source benchmarks/gpu/lib.sh
@@ -444,51 +431,15 @@ if has budgetab2; then
   done
   grep "strixlm  " "$OUT"/tp_b*.log
 fi
-if has prefillab; then
-  run mixed_attn 150 python benchmarks/gpu/bench_mixed_attn.py --json "$OUT/mixed_attn.json"
-  CHECK_VARIANTS=defaults run decode_paths 200 python benchmarks/gpu/check_decode_paths.py
-  run tp_warm 100 $TP --model qwen3-0.6b
-  for v in on1:1:2048 off1:0:0 on2:1:2048 off2:0:0 on3:1:2048 off3:0:0; do
-    IFS=: read -r name attn rows <<< "$v"
-    STRIXLM_PREFILL_ATTN=$attn STRIXLM_PREFILL_GATE_UP_SILU_ROWS=$rows run "tp_pa_$name" 100 \
-      $TP --model qwen3-0.6b --output-json "$OUT/tp_pa_$name.json"
-  done
-  grep "strixlm  " "$OUT"/tp_pa_*.log
-fi
 if has gateupab; then
   CHECK_VARIANTS=defaults run decode_paths 200 python benchmarks/gpu/check_decode_paths.py
   run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_PREFILL_GATE_UP_SILU_ROWS tp_gu on1:2048 off1:0 on2:2048 off2:0
 fi
-if has freshab; then
-  run mixed_attn 150 python benchmarks/gpu/bench_mixed_attn.py --json "$OUT/mixed_attn.json"
-  run tp_warm 100 $TP --model qwen3-0.6b
-  ab_tp STRIXLM_PREFILL_ATTN tp_fr on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
-fi
 if has prepab; then
   run e2e 240 python benchmarks/gpu/check_e2e.py  # the in-kernel update is on by default
-  has freshab || run tp_warm 100 $TP --model qwen3-0.6b
+  run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_PREP_ADVANCE_IN_KERNEL tp_prep on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
-fi
-if has mergeab; then
-  STRIXLM_ATTN_MERGE_IN_KERNEL=1 run attn_merge 200 python benchmarks/gpu/check_attention.py --quick
-  for v in on:1 off:0 on2:1 off2:0; do
-    STRIXLM_ATTN_MERGE_IN_KERNEL=${v#*:} run "b1_${v%%:*}" 100 \
-      python benchmarks/gpu/profile_step.py --batch 1 32 --steps 50
-    grep "#####" "$OUT/b1_${v%%:*}.log"
-  done
-  has freshab || has prepab || run tp_warm 100 $TP --model qwen3-0.6b
-  ab_tp STRIXLM_ATTN_MERGE_IN_KERNEL tp_mg on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
-fi
-if has stackab; then  # the stack of session 16's changes against session 15's paths
-  has freshab || has prepab || has mergeab || run tp_warm 100 $TP --model qwen3-0.6b
-  for v in on1:1:2048 off1:0:0 on2:1:2048 off2:0:0 on3:1:2048 off3:0:0; do
-    IFS=: read -r name on rows <<< "$v"
-    STRIXLM_PREFILL_ATTN=$on STRIXLM_ATTN_MERGE_IN_KERNEL=$on STRIXLM_PREP_ADVANCE_IN_KERNEL=$on \
-      STRIXLM_PREFILL_QKV_EPILOGUE=$on STRIXLM_PREFILL_GATE_UP_SILU_ROWS=$rows \
-      run "tp_st_$name" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_st_$name.json"
-  done
-  grep "strixlm  " "$OUT"/tp_st_*.log
 fi
 if has headfused; then
   run headfused 300 python benchmarks/gpu/bench_headfused_decode.py --json "$OUT/headfused.json"
@@ -497,9 +448,13 @@ if has headfused; then
     run engine_tile128 120 \
     python benchmarks/gpu/bench_headfused_decode.py --engine-only
 fi
-if has qkvab; then
-  run prefill_gemm 240 python benchmarks/gpu/sweep_prefill_gemm.py --json "$OUT/prefill_gemm.json"
-  has freshab || has prepab || has mergeab || run tp_warm 100 $TP --model qwen3-0.6b
-  ab_tp STRIXLM_PREFILL_QKV_EPILOGUE tp_qkv on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
-fi
 
+if has closing; then
+  run e2e 240 python benchmarks/gpu/check_e2e.py
+  run tp_warm 100 $TP --model qwen3-0.6b
+  for i in 1 2 3; do run "tp_$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_$i.json"; done
+  grep "strixlm  " "$OUT"/tp_[0-9].log
+  run b1 100 python benchmarks/gpu/profile_step.py --batch 1 32 --steps 50
+  grep "#####" "$OUT/b1.log"
+  bash benchmarks/gpu/run_issue3.sh serve 2>&1 | grep -v -i warn | tail -24
+fi

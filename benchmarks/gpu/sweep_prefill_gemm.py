@@ -14,7 +14,6 @@ in its epilogue (qkv_prefill.py) against cuBLAS's qkv + the qk_norm_rope launch.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import sys
 from pathlib import Path
@@ -27,11 +26,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from strixlm.kernels import gate_up_silu as gus  # noqa: E402
-from strixlm.kernels import qkv_prefill as qkvp  # noqa: E402
 from strixlm.kernels import tma_linear as tl_mod  # noqa: E402
 from strixlm.kernels.activation import silu_and_mul  # noqa: E402
-from strixlm.kernels.qk_norm_rope import qk_norm_rope_inplace  # noqa: E402
-from strixlm.layers.rotary import RotaryEmbedding  # noqa: E402
 
 LAYERS = 28
 
@@ -39,47 +35,6 @@ LAYERS = 28
 def graph_us(fn) -> float:
     """Per call, from a CUDA graph of LAYERS calls (graph_timing.graph_time_us)."""
     return graph_timing.graph_time_us(fn, reps=10, calls=LAYERS)
-
-
-def qkv_epilogue(x: torch.Tensor, w: torch.Tensor) -> dict:
-    """qkv with the q/k norm + rotary + K/V write in its epilogue (qkv_prefill.CONFIGS)
-    against cuBLAS's qkv + the qk_norm_rope launch with the cache write, Qwen3-0.6B heads,
-    a bf16 cache of 16-token blocks; each config checked against the two launches first."""
-    m, dev = x.shape[0], x.device
-    hq, hk, d = 16, 8, 128
-    rot = RotaryEmbedding(d, 40960, 1e6).to(dev)
-    pos = torch.randint(0, 4096, (m,), device=dev)
-    slots = torch.randperm(m + 64, device=dev)[:m]
-    cache = torch.zeros(2, (m + 64) // 16 + 1, 16, hk, d, dtype=x.dtype, device=dev)
-    qw = 1.0 + 0.1 * torch.randn(d, device=dev, dtype=x.dtype)
-    kw = 1.0 + 0.1 * torch.randn(d, device=dev, dtype=x.dtype)
-    args = (pos, qw, kw, 1e-6, rot.cos, rot.sin)
-
-    def two_launches():
-        qkv = F.linear(x, w)
-        q = qkv[:, : hq * d].view(m, hq, d)
-        k = qkv[:, hq * d : (hq + hk) * d].view(m, hk, d)
-        v = qkv[:, (hq + hk) * d :].view(m, hk, d)
-        qk_norm_rope_inplace(
-            pos, q, k, qw, kw, 1e-6, rot.cos, rot.sin, v=v, kv_cache=cache, slot_mapping=slots
-        )
-        return qkv
-
-    ref = two_launches().float()
-    res = {"two_launches_us": graph_us(two_launches), "fused": []}
-    print(f"  qkv + q/k norm + rotary + K/V write, two launches {res['two_launches_us']:.1f} us")
-    for cfg in qkvp.CONFIGS:
-        fn = functools.partial(qkvp.qkv_prefill, x, w, hq, hk, *args, cache, slots, cfg=cfg)
-        try:
-            got = fn().float()
-            t = graph_us(fn)
-        except Exception as e:  # noqa: BLE001 - a config that cannot build
-            print(f"    {cfg}: {type(e).__name__}: {str(e)[:100]}")
-            continue
-        err = ((got - ref).norm() / ref.norm()).item()
-        res["fused"].append({"cfg": str(cfg), "us": t, "rel_err": err})
-        print(f"    fused {cfg}: {t:.1f} us x{res['two_launches_us'] / t:.3f}, rel err {err:.2e}")
-    return res
 
 
 def main() -> None:
@@ -120,7 +75,6 @@ def main() -> None:
                 flush=True,
             )
         res["fused"] = fused
-        res["qkv_epilogue"] = qkv_epilogue(x, w_qkv)
         qflops = 2 * m * k * 4096
         res["qkv_cublas_us"] = graph_us(lambda x=x: F.linear(x, w_qkv))
         qkv = []

@@ -32,10 +32,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from strixlm.kernels import prefill_attention as fresh_kv
 from strixlm.kernels.kv_write import FP8_DTYPE, HAS_TRITON
 from strixlm.kernels.pdl import pdl_enabled
-from strixlm.kernels.segment_merge import merge_counters
 
 if TYPE_CHECKING:
     from strixlm.kernels.qk_norm_rope import QKNormRopeWrite
@@ -45,8 +43,6 @@ if HAS_TRITON:
     import triton.language as tl
 
     from strixlm.kernels.pdl import pdl_prologue
-    from strixlm.kernels.prefill_attention import fresh_rows
-    from strixlm.kernels.segment_merge import finish_segment
 
 LOG2E = 1.4426950408889634
 # Split heuristic knobs (see choose_num_splits); tuned on the H200 by
@@ -363,9 +359,6 @@ if HAS_TRITON:
         segm_acc_ptr,
         segm_max_ptr,
         segm_sum_ptr,
-        fresh_k_desc,
-        fresh_v_desc,
-        merge_ctr_ptr,
         qk_scale,
         out_scale,
         num_seqs,
@@ -392,9 +385,6 @@ if HAS_TRITON:
         SEQ_GRID: tl.constexpr,
         HAS_ORDER: tl.constexpr,
         FP8_PAIRS: tl.constexpr,
-        FRESH: tl.constexpr,
-        FRESH_N: tl.constexpr,
-        MERGE: tl.constexpr,
         PDL: tl.constexpr,
     ):
         pdl_prologue(PDL)
@@ -436,15 +426,6 @@ if HAS_TRITON:
         io_mask = row_ok[:, None] & d_ok[None, :]
         q = load_q_rows(q_ptr, tok[:, None], head, stride_qt, stride_qh, offs_d, io_mask,
                         k_cache_ptr)  # fmt: skip
-        if FRESH:  # no cached prefix: keys and values from the step's k / v, by TMA
-            if ctx_len == 0:
-                acc, l_i = fresh_rows(
-                    q, fresh_k_desc, fresh_v_desc, q_start, local, q_len, kv_head, qk_scale,
-                    G, HEAD_DIM, BLOCK_Q, FRESH_N,
-                )  # fmt: skip
-                store_out_rows(out_ptr, tok[:, None], head, stride_ot, stride_oh, offs_d, acc,
-                               l_i, out_scale, io_mask)  # fmt: skip
-                return
 
         # Keys this tile of queries may see, and the prefix every one of its rows sees.
         kv_end = tl.minimum(seq_len, ctx_len + (local + 1) * BLOCK_Q)
@@ -482,12 +463,6 @@ if HAS_TRITON:
                 segm_acc_ptr, segm_max_ptr, segm_sum_ptr, row, row_ok, hi > lo, acc, m_i, l_i,
                 offs_d, DIM_P,
             )  # fmt: skip
-            if MERGE:  # the last segment of this (query tile, kv head) merges them all
-                finish_segment(
-                    out_ptr, segm_acc_ptr, segm_max_ptr, segm_sum_ptr, merge_ctr_ptr,
-                    tl.program_id(0) * tl.num_programs(1) + kv_head, tok, head, row_ok, offs_d,
-                    out_scale, stride_ot, stride_oh, HEAD_DIM, NUM_Q_HEADS, NUM_SEGS, DIM_P,
-                )  # fmt: skip
         else:
             store_out_rows(out_ptr, tok[:, None], head, stride_ot, stride_oh, offs_d, acc, l_i,
                            out_scale, io_mask)  # fmt: skip
@@ -552,7 +527,6 @@ def paged_attention(
     config: AttnConfig | None = None,
     seq_order: torch.Tensor | None = None,
     qk_prologue: QKNormRopeWrite | None = None,
-    step_kv: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Causal attention of q [T, Hq, D] over the paged cache; returns out [T, Hq, D].
 
@@ -566,9 +540,6 @@ def paged_attention(
     qk_prologue: q and the step's K/V are raw projections still to be normed, rotated and
     written to the cache: inside the persistent decode kernel when it runs unsplit (one
     launch fewer), else by the separate q/k norm + rotary launch first.
-    step_kv: this step's k / v [T, Hkv, D] as written to the cache (the prologue's, when
-    there is one): on prefill configs, the programs on sequences without a cached prefix
-    then read them by TMA (prefill_attention.fresh_rows, opt-in), the others the cache.
     """
     t, hq, d = q.shape
     _, _, bs, hkv, dc = kv_cache.shape
@@ -612,22 +583,10 @@ def paged_attention(
         )  # fmt: skip
     if kv_cache.dtype != FP8_DTYPE:
         k_scale = v_scale = 1.0
-    if step_kv is None and qk_prologue is not None:
-        step_kv = (qk_prologue.k, qk_prologue.v)
-    # Prefill configs read fresh prompts' K/V from the step's k / v where they can.
-    prefill_cfg = not (split or seq_grid) and max_query_len > SPLIT_MAX_QUERY_LEN
-    fresh = prefill_cfg and fresh_kv.fresh_path(q, kv_cache, step_kv, dim_p)
-    fresh_k = fresh_v = None
-    fresh_n = 0
-    if fresh:
-        fresh_n = fresh_kv.BLOCK_N
-        fresh_k, fresh_v = fresh_kv.fresh_descriptors(*step_kv, fresh_n)
     kc, vc = kv_cache[0], kv_cache[1]
     pdl = pdl_enabled(q)
-    merge_ctr = None
     if split:
         segm_acc, segm_max, segm_sum = segment_buffers(t, hq, cfg.num_splits, dim_p, q.device)
-        merge_ctr = merge_counters(q.device, n_q_blocks * hkv)
     else:
         segm_acc = segm_max = segm_sum = out  # never touched; any pointer will do
     _paged_attn_kernel[(n_q_blocks, hkv, cfg.num_splits)](
@@ -642,9 +601,6 @@ def paged_attention(
         segm_acc,
         segm_max,
         segm_sum,
-        fresh_k,
-        fresh_v,
-        merge_ctr if merge_ctr is not None else seq_lens,  # untouched without MERGE
         float(scale * k_scale * LOG2E),
         float(v_scale),
         num_seqs,
@@ -664,15 +620,12 @@ def paged_attention(
         SEQ_GRID=seq_grid,
         HAS_ORDER=seq_grid and seq_order is not None,
         FP8_PAIRS=fp8_pairs(q, kv_cache),
-        FRESH=fresh,
-        FRESH_N=fresh_n,
-        MERGE=merge_ctr is not None,
         PDL=pdl,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         launch_pdl=pdl,
     )
-    if split and merge_ctr is None:
+    if split:
         merge_segments(out, segm_acc, segm_max, segm_sum, float(v_scale), cfg.num_splits)
     return out
 

@@ -46,12 +46,7 @@ class TritonPagedAttention(AttentionBackend):
         else:
             write_kv_ref(kv_cache, k, v, md.slot_mapping, self.k_scale, self.v_scale)
 
-    def forward(self, q, k, v, kv_cache, md: AttentionMetadata) -> torch.Tensor:
-        # The step's k / v go along: fresh prompts can read them instead of the cache.
-        self.write_kv(k, v, kv_cache, md)
-        return self.attend(q, kv_cache, md, step_kv=(k, v))
-
-    def attend(self, q, kv_cache, md: AttentionMetadata, qk_prologue=None, step_kv=None):
+    def attend(self, q, kv_cache, md: AttentionMetadata, qk_prologue=None):
         if not self.use_triton(q.device):
             if qk_prologue is not None:
                 qk_prologue.run(q, kv_cache)
@@ -79,5 +74,4 @@ class TritonPagedAttention(AttentionBackend):
             num_splits=self.num_splits,
             seq_order=md.seq_order,
             qk_prologue=qk_prologue,
-            step_kv=step_kv,
         )
