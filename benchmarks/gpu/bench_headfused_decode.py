@@ -21,6 +21,10 @@ Timed against the engine's kernel (paged_attention) on the same caches, 28 launc
 graph, over programs per SM, warps, stages and NB; every variant is checked against the
 engine's output first.
 
+H200, 2026-12-02 (docs/benchmarks.md, session 17): slower than the engine's kernel at three of
+four shapes (x0.58-0.875; the engine read 4.33 TB/s at b256 with mixed lengths), x1.04 at b256
+with 520-token contexts; 4 blocks a tile do not fit shared memory. Not built into the engine.
+
 python benchmarks/gpu/bench_headfused_decode.py [--json PATH] [--quick]
 """
 

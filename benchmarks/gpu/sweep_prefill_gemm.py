@@ -5,8 +5,9 @@ reads the [M, 2I] gate_up output and writes [M, I]). gate_up_silu.tma_gate_up_si
 the same activation in the GEMM's epilogue. Per layer, in CUDA graphs of 28 calls, at the
 Qwen3-0.6B shape (K 1024, I 3072), bf16: cuBLAS gate_up alone, cuBLAS + silu_and_mul, and each
 PREFILL_CONFIGS config (checked against the two-launch result first), plus our plain TMA GEMM
-on qkv (N 4096) against cuBLAS for reference, and qkv with the q/k norm + rotary + K/V write
-in its epilogue (qkv_prefill.py) against cuBLAS's qkv + the qk_norm_rope launch.
+on qkv (N 4096) against cuBLAS for reference. (qkv with the q/k norm + rotary + K/V write in
+its epilogue was timed here too, x0.82-0.88 against the two launches on the H200, and removed
+in 3c70ae4.)
 
     python benchmarks/gpu/sweep_prefill_gemm.py [--rows 8192 4096 2048] [--json PATH]
 """

@@ -29,7 +29,8 @@ except ImportError:  # CPU-only installs run the torch reference
 
 
 # STRIXLM_PREP_ADVANCE_IN_KERNEL=0: advance num_computed with the eager ops after the kernel
-# even for one program per row (A/B runs of the launches saved; read at import).
+# even for one program per row (A/B runs of the launches saved; read at import). H200,
+# 2026-12-02, standard workload alternating three rounds: in-kernel +0.16% (27,067 vs 27,024).
 ADVANCE_IN_KERNEL = os.environ.get("STRIXLM_PREP_ADVANCE_IN_KERNEL", "1") != "0"
 
 
