@@ -108,10 +108,12 @@
 #   fusedab the workload with the fused greedy tail on / off, alternating, three pairs
 #   lmhead  the greedy tail (LM head + greedy sampling graph) against the LM head with an
 #           argmax epilogue (bench_lm_head_argmax.py): config sweep and token check per M
-#   l2ab    our decode GEMMs (TMA qkv, dense / split-K o_proj and down) asking for their weight
-#           slice by one bulk L2 prefetch before the PDL wait: batch 1 / 32 / 256 step times
-#           per mode, then the workload with STRIXLM_GEMM_L2_PREFETCH=0 / 1 / 2 (2: evict-last),
-#           three rounds
+#   l2ab    weights pulled into L2 by one bulk prefetch per range before the PDL wait: our decode
+#           GEMMs (TMA qkv, dense / split-K o_proj and down) their own slice
+#           (STRIXLM_GEMM_L2_PREFETCH), the RMSNorms and SiLU the next projection's weight
+#           (STRIXLM_NEXT_WEIGHT_PREFETCH, which reaches cuBLAS's GEMMs); 1 plain, 2 evict-last.
+#           Batch 1 / 32 / 256 step times per combination, then the workload off / both 1 /
+#           both 2, three rounds
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
@@ -454,13 +456,19 @@ if has headfused; then
 fi
 
 if has l2ab; then
-  for v in 0 1 2; do
-    STRIXLM_GEMM_L2_PREFETCH=$v run "steps_pf$v" 120 \
+  for v in 00 10 20 01 02 22 11; do  # GEMM mode, next-weight mode
+    STRIXLM_GEMM_L2_PREFETCH=${v:0:1} STRIXLM_NEXT_WEIGHT_PREFETCH=${v:1:1} run "steps_pf$v" 120 \
       python benchmarks/gpu/profile_step.py --batch 1 32 256 --steps 50
     grep "#####" "$OUT/steps_pf$v.log"
   done
   run tp_warm 100 $TP --model qwen3-0.6b
-  ab_tp STRIXLM_GEMM_L2_PREFETCH tp_pf off1:0 on1:1 last1:2 off2:0 on2:1 last2:2 off3:0 on3:1 last3:2
+  for r in 1 2 3; do
+    for v in 00 11 22; do
+      STRIXLM_GEMM_L2_PREFETCH=${v:0:1} STRIXLM_NEXT_WEIGHT_PREFETCH=${v:1:1} run "tp_pf${v}_$r" \
+        100 $TP --model qwen3-0.6b --output-json "$OUT/tp_pf${v}_$r.json"
+    done
+  done
+  grep "strixlm  " "$OUT"/tp_pf*.log
 fi
 if has closing; then
   run e2e 240 python benchmarks/gpu/check_e2e.py
