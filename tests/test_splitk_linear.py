@@ -406,27 +406,27 @@ AOT = (
     + r"""
 from strixlm.kernels import rmsnorm as r, splitk_linear as s
 target = GPUTarget("cuda", 90, 32)
+
+def partials_kernel(sig, cfg, whole_rows):
+    # Every prefetch mode: split K slices prefetch one range per row, whole rows one range
+    # per program; always before the wait.
+    for mode in (0, 1, 2):
+        c = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+                 PREFETCH=mode, WHOLE_ROWS=whole_rows, PDL=True)
+        src = ASTSource(s._splitk_partials_kernel, {**sig, **{k: "constexpr" for k in c}}, c)
+        ptx = triton.compile(src, target=target, options=dict(
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages)).asm["ptx"]
+        check_prefetch(ptx, mode)
+
 for dt in ("bf16", "fp16"):
     sig = dict(x_ptr=f"*{dt}", w_ptr=f"*{dt}", part_ptr="*fp32", M="i32", N="i32",
                stride_xm="i32", stride_wn="i32", K_PER="i32")
     for cfg in (s._CFG_WIDE, s._CFG_NARROW):
-        for mode in (0, 1, 2):  # split K slices: one bulk L2 prefetch per row, before the wait
-            c = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-                     PREFETCH=mode, WHOLE_ROWS=False, PDL=True)
-            src = ASTSource(s._splitk_partials_kernel, {**sig, **{k: "constexpr" for k in c}}, c)
-            ptx = triton.compile(src, target=target, options=dict(
-                num_warps=cfg.num_warps, num_stages=cfg.num_stages)).asm["ptx"]
-            check_prefetch(ptx, mode)
+        partials_kernel(sig, cfg, False)
     # dense_linear: split 1, the store rounds to the 16-bit output
     sig["part_ptr"] = f"*{dt}"
     for cfg in {c for rows in s._DENSE.values() for _, c in rows}:
-        for mode in (0, 1, 2):  # whole rows: one range per program
-            c = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-                     PREFETCH=mode, WHOLE_ROWS=True, PDL=True)
-            src = ASTSource(s._splitk_partials_kernel, {**sig, **{k: "constexpr" for k in c}}, c)
-            ptx = triton.compile(src, target=target, options=dict(
-                num_warps=cfg.num_warps, num_stages=cfg.num_stages)).asm["ptx"]
-            check_prefetch(ptx, mode)
+        partials_kernel(sig, cfg, True)
 sig = dict(x_ptr="*fp32", res_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16", n_inner="i32",
            x_s0="i32", x_s1="i32", r_s0="i32", r_s1="i32", o_s0="i32", o_s1="i32",
            n_cols="i32", eps="fp32", pf_ptr="*u8", pf_chunk="i32", pf_total="i32")
