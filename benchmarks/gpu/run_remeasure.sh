@@ -112,8 +112,9 @@
 #           GEMMs (TMA qkv, dense / split-K o_proj and down) their own slice
 #           (STRIXLM_GEMM_L2_PREFETCH), the RMSNorms and SiLU the next projection's weight
 #           (STRIXLM_NEXT_WEIGHT_PREFETCH, which reaches cuBLAS's GEMMs); 1 plain, 2 evict-last.
-#           Batch 1 / 32 / 256 step times for five combinations, then the workload off / both 1 /
-#           both 2, three rounds
+#           bench_l2_prefetch.py (a 28-layer decode chain through the engine's layers, per
+#           combination and batch), batch 1 / 32 / 256 step times for three combinations, then
+#           the workload off / both 1 / both 2, three rounds
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
@@ -456,7 +457,8 @@ if has headfused; then
 fi
 
 if has l2ab; then
-  for v in 00 20 02 22 11; do  # GEMM mode, next-weight mode
+  run l2_layers 150 python benchmarks/gpu/bench_l2_prefetch.py --json "$OUT/l2_prefetch.json"
+  for v in 00 22 11; do  # GEMM mode, next-weight mode
     STRIXLM_GEMM_L2_PREFETCH=${v:0:1} STRIXLM_NEXT_WEIGHT_PREFETCH=${v:1:1} run "steps_pf$v" 120 \
       python benchmarks/gpu/profile_step.py --batch 1 32 256 --steps 50
     grep "#####" "$OUT/steps_pf$v.log"
