@@ -115,6 +115,9 @@
 #           bench_l2_prefetch.py (a 28-layer decode chain through the engine's layers, per
 #           combination and batch), batch 1 / 32 / 256 step times for three combinations, then
 #           the workload off / both 1 / both 2, three rounds
+#   l2sweep sweep_tma_gemm.py (PDL producer -> GEMM chains) with our GEMMs' own weight prefetch
+#           off / evict-last (STRIXLM_GEMM_L2_PREFETCH=0 / 2), all four shapes at 160-256 rows:
+#           whether the TMA kernel with the prefetch beats cuBLAS where cuBLAS still runs
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
@@ -471,6 +474,13 @@ if has l2ab; then
     done
   done
   grep "strixlm  " "$OUT"/tp_pf*.log
+fi
+if has l2sweep; then
+  for v in 0 2; do
+    STRIXLM_GEMM_L2_PREFETCH=$v run "tma_pf$v" 280 python benchmarks/gpu/sweep_tma_gemm.py \
+      --rows 160 192 256 --json "$OUT/tma_pf$v.json"
+    grep "M=" "$OUT/tma_pf$v.log" | grep -v WRONG
+  done
 fi
 if has closing; then
   run e2e 240 python benchmarks/gpu/check_e2e.py
