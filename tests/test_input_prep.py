@@ -95,7 +95,7 @@ def test_num_real_advances_the_real_rows(max_query_len):
     qsl = torch.tensor([0] + list(torch.tensor(counts).cumsum(0)), dtype=torch.int32)
     total = int(qsl[-1])
     results = []
-    for fn in (input_prep.prepare_inputs_ref, input_prep.prepare_inputs_triton):
+    for fn in (input_prep.prepare_inputs_ref, input_prep.prepare_inputs):
         num_computed = torch.tensor(start, dtype=torch.int32)
         bufs = [torch.zeros(total, dtype=d) for d in (torch.int32, torch.int64, torch.int64)]
         seq = torch.zeros(rows.numel(), dtype=torch.int32)
@@ -103,7 +103,7 @@ def test_num_real_advances_the_real_rows(max_query_len):
         if fn is input_prep.prepare_inputs_ref:
             fn(*args, num_real=4)
         else:
-            fn(*args, max_query_len=max(counts), num_real=4)
+            fn(*args, max_query_len=max(counts), num_real=4, use_kernel=True)
         results.append((num_computed, seq, bufs))
     expect = list(start)
     for r, c in zip([2, 0, 5, 1], counts[:4], strict=True):

@@ -61,7 +61,15 @@ def prepare_inputs_ref(
     slot_mapping[:total] = (blk * block_size + pos % block_size).to(slot_mapping.dtype)
     seq_lens.copy_((start + counts).to(seq_lens.dtype))
     if num_real is not None:
-        num_computed.index_add_(0, rows[:num_real], counts[:num_real].to(num_computed.dtype))
+        advance_rows(num_computed, rows, query_start_loc, num_real)
+
+
+def advance_rows(
+    num_computed: torch.Tensor, rows: torch.Tensor, query_start_loc: torch.Tensor, n: int
+) -> None:
+    """num_computed[rows[b]] += query length of b, for b < n (eager ops)."""
+    counts = query_start_loc[1 : n + 1] - query_start_loc[:n]
+    num_computed.index_add_(0, rows[:n], counts.to(num_computed.dtype))
 
 
 if HAS_TRITON:
@@ -119,36 +127,23 @@ def prepare_inputs(
     seq_lens: torch.Tensor,
     max_query_len: int = 1,
     num_real: int | None = None,
+    use_kernel: bool | None = None,
 ) -> None:
-    """Fill the output buffers; Triton on CUDA, the torch reference elsewhere. With num_real,
-    also advance the first num_real rows' num_computed by their query lengths: inside the
-    kernel when each row has one program (decode steps: no extra launch), else after it.
+    """Fill the output buffers; Triton on CUDA, the torch reference elsewhere (use_kernel
+    forces the kernel, e.g. under the interpreter). With num_real, also advance the first
+    num_real rows' num_computed by their query lengths: inside the kernel when each row has
+    one program (decode steps: no extra launch), else after it.
 
     input_ids int32, positions int64, slot_mapping int64, seq_lens int32.
     """
-    args = (token_ids, num_computed, block_table, rows, query_start_loc, block_size)
-    outs = (input_ids, positions, slot_mapping, seq_lens)
-    if not (HAS_TRITON and token_ids.is_cuda):
-        prepare_inputs_ref(*args, *outs, num_real)
-    else:
-        prepare_inputs_triton(*args, *outs, max_query_len, num_real)
-
-
-def prepare_inputs_triton(
-    token_ids: torch.Tensor,
-    num_computed: torch.Tensor,
-    block_table: torch.Tensor,
-    rows: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    block_size: int,
-    input_ids: torch.Tensor,
-    positions: torch.Tensor,
-    slot_mapping: torch.Tensor,
-    seq_lens: torch.Tensor,
-    max_query_len: int = 1,
-    num_real: int | None = None,
-) -> None:
-    """prepare_inputs' kernel path (any device the kernel runs on: CUDA, or the interpreter)."""
+    if use_kernel is None:
+        use_kernel = HAS_TRITON and token_ids.is_cuda
+    if not use_kernel:
+        prepare_inputs_ref(
+            token_ids, num_computed, block_table, rows, query_start_loc, block_size,
+            input_ids, positions, slot_mapping, seq_lens, num_real,
+        )  # fmt: skip
+        return
     num_rows = rows.numel()
     tile = 128
     # Long prefill rows get several programs along axis 1; decode rows need one.
@@ -167,6 +162,4 @@ def prepare_inputs_triton(
     )  # fmt: skip
     if num_real is not None and not advance:
         # Several programs per row read its count: advance it after they all have.
-        n = num_real
-        counts = query_start_loc[1 : n + 1] - query_start_loc[:n]
-        num_computed.index_add_(0, rows[:n], counts.to(num_computed.dtype))
+        advance_rows(num_computed, rows, query_start_loc, num_real)
