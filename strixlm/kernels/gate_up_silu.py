@@ -20,12 +20,11 @@ from strixlm.kernels.dispatch import HAS_TRITON
 from strixlm.kernels.gemv import MAX_ROWS as GEMV_MAX_ROWS
 from strixlm.kernels.pdl import pdl_enabled
 from strixlm.kernels.splitk_linear import SplitKConfig, config_for_rows, half_operands
-from strixlm.kernels.tma_linear import TmaConfig, tma_ready
+from strixlm.kernels.tma_linear import TmaConfig, tma_descriptors, tma_ready
 
 if HAS_TRITON:
     import triton
     import triton.language as tl
-    from triton.tools.tensor_descriptor import TensorDescriptor
 
     from strixlm.kernels.activation import silu_mul
     from strixlm.kernels.pdl import pdl_prologue
@@ -230,9 +229,7 @@ def tma_gate_up_silu(x: torch.Tensor, w: torch.Tensor, cfg) -> torch.Tensor:
     out = torch.empty((m, inter), dtype=x.dtype, device=x.device)
     if m == 0:
         return out
-    xd = TensorDescriptor.from_tensor(x, [cfg.block_m, cfg.block_k])
-    wd = TensorDescriptor.from_tensor(w, [cfg.block_n, cfg.block_k])
-    od = TensorDescriptor.from_tensor(out, [cfg.block_m, cfg.block_n])
+    xd, wd, od = tma_descriptors(x, w, out, cfg)
     pdl = pdl_enabled(x)
     grid = (inter // cfg.block_n, triton.cdiv(m, cfg.block_m))
     _tma_gate_up_silu_kernel[grid](

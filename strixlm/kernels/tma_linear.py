@@ -117,6 +117,16 @@ if HAS_TRITON:
         out_desc.store([off_m, off_n], acc.to(out_desc.dtype))
 
 
+def tma_descriptors(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, cfg: TmaConfig) -> tuple:
+    """Descriptors of an x [M, K] @ w [N, K].T product's tiles under cfg: x, w and out boxes
+    (shared with gate_up_silu's TMA kernel)."""
+    return (
+        TensorDescriptor.from_tensor(x, [cfg.block_m, cfg.block_k]),
+        TensorDescriptor.from_tensor(w, [cfg.block_n, cfg.block_k]),
+        TensorDescriptor.from_tensor(out, [cfg.block_m, cfg.block_n]),
+    )
+
+
 def tma_linear(x: torch.Tensor, w: torch.Tensor, cfg: TmaConfig) -> torch.Tensor:
     """x [M, K] @ w [N, K].T in x's dtype (fp32 accumulation, one rounding at the store).
     K must be a multiple of cfg.block_k; x and w must be tma_ready."""
@@ -127,9 +137,7 @@ def tma_linear(x: torch.Tensor, w: torch.Tensor, cfg: TmaConfig) -> torch.Tensor
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0:
         return out
-    xd = TensorDescriptor.from_tensor(x, [cfg.block_m, cfg.block_k])
-    wd = TensorDescriptor.from_tensor(w, [cfg.block_n, cfg.block_k])
-    od = TensorDescriptor.from_tensor(out, [cfg.block_m, cfg.block_n])
+    xd, wd, od = tma_descriptors(x, w, out, cfg)
     pdl = pdl_enabled(x)
     prefetch = l2_prefetch_mode(x) if w.is_contiguous() else 0
     grid = (triton.cdiv(n, cfg.block_n), triton.cdiv(m, cfg.block_m))
