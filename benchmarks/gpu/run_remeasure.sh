@@ -108,16 +108,6 @@
 #   fusedab the workload with the fused greedy tail on / off, alternating, three pairs
 #   lmhead  the greedy tail (LM head + greedy sampling graph) against the LM head with an
 #           argmax epilogue (bench_lm_head_argmax.py): config sweep and token check per M
-#   l2ab    weights pulled into L2 by one bulk prefetch per range before the PDL wait: our decode
-#           GEMMs (TMA qkv, dense / split-K o_proj and down) their own slice
-#           (STRIXLM_GEMM_L2_PREFETCH), the RMSNorms and SiLU the next projection's weight
-#           (STRIXLM_NEXT_WEIGHT_PREFETCH, which reaches cuBLAS's GEMMs); 1 plain, 2 evict-last.
-#           bench_l2_prefetch.py (a 28-layer decode chain through the engine's layers, per
-#           combination and batch), batch 1 / 32 / 256 step times for three combinations, then
-#           the workload off / both 1 / both 2, three rounds
-#   l2sweep sweep_tma_gemm.py (PDL producer -> GEMM chains) with our GEMMs' own weight prefetch
-#           off / evict-last (STRIXLM_GEMM_L2_PREFETCH=0 / 2), all four shapes at 160-256 rows:
-#           whether the TMA kernel with the prefetch beats cuBLAS where cuBLAS still runs
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
@@ -459,29 +449,6 @@ if has headfused; then
     python benchmarks/gpu/bench_headfused_decode.py --engine-only
 fi
 
-if has l2ab; then
-  run l2_layers 150 python benchmarks/gpu/bench_l2_prefetch.py --json "$OUT/l2_prefetch.json"
-  for v in 00 22 11; do  # GEMM mode, next-weight mode
-    STRIXLM_GEMM_L2_PREFETCH=${v:0:1} STRIXLM_NEXT_WEIGHT_PREFETCH=${v:1:1} run "steps_pf$v" 120 \
-      python benchmarks/gpu/profile_step.py --batch 1 32 256 --steps 50
-    grep "#####" "$OUT/steps_pf$v.log"
-  done
-  run tp_warm 100 $TP --model qwen3-0.6b
-  for r in 1 2 3; do
-    for v in 00 11 22; do
-      STRIXLM_GEMM_L2_PREFETCH=${v:0:1} STRIXLM_NEXT_WEIGHT_PREFETCH=${v:1:1} run "tp_pf${v}_$r" \
-        100 $TP --model qwen3-0.6b --output-json "$OUT/tp_pf${v}_$r.json"
-    done
-  done
-  grep "strixlm  " "$OUT"/tp_pf*.log
-fi
-if has l2sweep; then
-  for v in 0 2; do
-    STRIXLM_GEMM_L2_PREFETCH=$v run "tma_pf$v" 280 python benchmarks/gpu/sweep_tma_gemm.py \
-      --rows 160 192 256 --json "$OUT/tma_pf$v.json"
-    grep "M=" "$OUT/tma_pf$v.log" | grep -v WRONG
-  done
-fi
 if has closing; then
   run e2e 240 python benchmarks/gpu/check_e2e.py
   run tp_warm 100 $TP --model qwen3-0.6b

@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from strixlm.kernels.pdl import next_weight_prefetch, pdl_enabled, pdl_prologue, prefetch_share
+from strixlm.kernels.pdl import pdl_enabled, pdl_prologue
 
 
 @triton.jit
@@ -24,11 +24,8 @@ def silu_mul(g, u):
 
 @triton.jit
 def _silu_and_mul_kernel(
-    x_ptr, out_ptr, n_cols, x_stride, o_stride, pf_ptr, pf_chunk, pf_total,
-    BLOCK: tl.constexpr, PREFETCH: tl.constexpr, PDL: tl.constexpr,
-):  # fmt: skip
-    if tl.program_id(1) == 0:  # one share per row: down_proj's weight (opt-in)
-        prefetch_share(pf_ptr, pf_chunk, pf_total, PREFETCH)
+    x_ptr, out_ptr, n_cols, x_stride, o_stride, BLOCK: tl.constexpr, PDL: tl.constexpr
+):
     pdl_prologue(PDL)
     # Grid (rows, column blocks): wide intermediates keep many SMs busy even at T = 1.
     row = tl.program_id(0).to(tl.int64)
@@ -40,11 +37,8 @@ def _silu_and_mul_kernel(
     tl.store(out_ptr + row * o_stride + cols, silu_mul(g, u), mask=mask)
 
 
-def silu_and_mul(
-    x: torch.Tensor, out: torch.Tensor | None = None, prefetch: torch.Tensor | None = None
-) -> torch.Tensor:
-    """x: [..., 2 * I] -> [..., I]. prefetch: the weight of the GEMM that reads the output
-    (pdl.next_weight_prefetch; nothing unless switched on)."""
+def silu_and_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """x: [..., 2 * I] -> [..., I]."""
     if x.shape[-1] % 2:
         raise ValueError(f"last dim {x.shape[-1]} is not even")
     n_cols = x.shape[-1] // 2
@@ -63,9 +57,8 @@ def silu_and_mul(
     block = min(1024, triton.next_power_of_2(n_cols))
     grid = (n_rows, triton.cdiv(n_cols, block))
     pdl = pdl_enabled(x2)
-    pf = next_weight_prefetch(x2, prefetch, n_rows)  # shared out by row (program_id(0))
     _silu_and_mul_kernel[grid](
-        x2, o2, n_cols, x2.stride(0), o2.stride(0), *pf[:3], BLOCK=block, PREFETCH=pf[3],
-        PDL=pdl, num_warps=4, launch_pdl=pdl,
+        x2, o2, n_cols, x2.stride(0), o2.stride(0), BLOCK=block, PDL=pdl, num_warps=4,
+        launch_pdl=pdl,
     )  # fmt: skip
     return out

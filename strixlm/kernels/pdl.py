@@ -36,11 +36,6 @@ DISABLED = os.environ.get("STRIXLM_DISABLE_PDL", "0") != "0"
 # saved (-1.2%); a bulk prefetch is one instruction per contiguous range. Off until the
 # workload A/B (run_remeasure.sh l2ab) decides.
 L2_PREFETCH = int(os.environ.get("STRIXLM_GEMM_L2_PREFETCH", "0"))
-# STRIXLM_NEXT_WEIGHT_PREFETCH (same modes): the RMSNorm before a projection and the SiLU
-# before down_proj spread a bulk L2 prefetch of that projection's weight over their
-# programs, before their own PDL wait. This reaches the GEMMs that cuBLAS runs (they take
-# no part in PDL, so they cannot ask early themselves). Off until measured (l2ab).
-NEXT_WEIGHT_PREFETCH = int(os.environ.get("STRIXLM_NEXT_WEIGHT_PREFETCH", "0"))
 _CAPABILITY: dict[int, int] = {}
 
 
@@ -57,25 +52,6 @@ def pdl_enabled(x: torch.Tensor) -> bool:
 def l2_prefetch_mode(x: torch.Tensor) -> int:
     """PREFETCH for a GEMM on x: STRIXLM_GEMM_L2_PREFETCH where PDL runs (sm90+), else 0."""
     return L2_PREFETCH if L2_PREFETCH in (1, 2) and pdl_enabled(x) else 0
-
-
-def next_weight_prefetch(
-    x: torch.Tensor, w: torch.Tensor | None, programs: int
-) -> tuple[torch.Tensor, int, int, int]:
-    """Arguments (pf_ptr, pf_chunk, pf_total, MODE) of prefetch_share for a kernel of
-    `programs` programs on x, run just before a GEMM on weight w: w's bytes and each
-    program's 16-byte-aligned share of them. MODE 0 (x as an unread pointer) when off,
-    without PDL, for a w the bulk copy cannot address, or one over 32 MiB."""
-    mode = NEXT_WEIGHT_PREFETCH
-    if mode not in (1, 2) or w is None or programs < 1 or not pdl_enabled(x):
-        return x, 0, 0, 0
-    total = w.numel() * w.element_size()
-    # Larger than a fraction of L2 (50 MB on the H200) it would evict what it prefetched.
-    if not w.is_contiguous() or w.data_ptr() % 16 or total % 16 or total > 32 << 20:
-        return x, 0, 0, 0
-    chunk = -(-total // programs)
-    chunk = -(-chunk // 16) * 16
-    return w.reshape(-1).view(torch.uint8), chunk, total, mode
 
 
 if HAS_TRITON:
@@ -130,14 +106,3 @@ if HAS_TRITON:
             _prefetch(_ROWS_1, row_ptrs, nbytes)
         elif MODE == 2:
             _prefetch(_ROWS_2, row_ptrs, nbytes)
-
-    @triton.jit
-    def prefetch_share(pf_ptr, pf_chunk, pf_total, MODE: tl.constexpr):
-        """This program's share of next_weight_prefetch's bytes (program_id(0) picks it),
-        issued before pdl_prologue: the next GEMM's weight streams into L2 while this
-        launch and its predecessor drain."""
-        if MODE != 0:
-            start = tl.program_id(0) * pf_chunk
-            if start < pf_total:
-                nbytes = tl.minimum(pf_chunk, pf_total - start)
-                l2_prefetch_range(pf_ptr + start, nbytes, MODE)

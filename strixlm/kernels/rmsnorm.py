@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from strixlm.kernels.pdl import next_weight_prefetch, pdl_enabled, pdl_prologue, prefetch_share
+from strixlm.kernels.pdl import pdl_enabled, pdl_prologue
 from strixlm.layers.splitk_partials import SplitKPartials
 
 
@@ -36,16 +36,11 @@ def _rmsnorm_kernel(
     o_s1,
     n_cols,
     eps,
-    pf_ptr,
-    pf_chunk,
-    pf_total,
     HAS_RESIDUAL: tl.constexpr,
     BLOCK: tl.constexpr,
     NUM_PARTS: tl.constexpr,
-    PREFETCH: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    prefetch_share(pf_ptr, pf_chunk, pf_total, PREFETCH)  # the next GEMM's weight (opt-in)
     pdl_prologue(PDL)
     # One program per row; rows are addressed by two strides so a [T, H, D] view into a
     # wider buffer (q/k norm on a slice of the qkv output) needs no copy.
@@ -104,11 +99,9 @@ def _launch(
     out: torch.Tensor | None,
     num_parts: int = 0,
     act_dtype: torch.dtype | None = None,
-    prefetch: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """num_parts > 1: x is part 0 of contiguous fp32 partials and act_dtype the dtype their
-    sum rounds to (residual's); otherwise x is the plain input. prefetch: the weight of the
-    GEMM that reads the output (pdl.next_weight_prefetch; nothing unless switched on)."""
+    sum rounds to (residual's); otherwise x is the plain input."""
     n_cols = x.shape[-1]
     if weight.shape != (n_cols,):
         raise ValueError(f"weight shape {tuple(weight.shape)} does not match hidden {n_cols}")
@@ -135,7 +128,6 @@ def _launch(
     # ~8 elements (16 bytes of bf16) per thread: vector loads, and one warp for head_dim rows.
     num_warps = max(1, min(16, block // 256))
     pdl = pdl_enabled(xv)
-    pf_ptr, pf_chunk, pf_total, pf_mode = next_weight_prefetch(xv, prefetch, n_rows)
     _rmsnorm_kernel[(n_rows,)](
         xv,
         residual if residual is not None else xv,
@@ -150,13 +142,9 @@ def _launch(
         o_s1,
         n_cols,
         eps,
-        pf_ptr,
-        pf_chunk,
-        pf_total,
         HAS_RESIDUAL=residual is not None,
         BLOCK=block,
         NUM_PARTS=num_parts,
-        PREFETCH=pf_mode,
         PDL=pdl,
         num_warps=num_warps,
         launch_pdl=pdl,
@@ -165,14 +153,10 @@ def _launch(
 
 
 def rmsnorm(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    eps: float,
-    out: torch.Tensor | None = None,
-    prefetch: torch.Tensor | None = None,
+    x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """weight * rmsnorm(x) over the last dim; x is [..., H] with a contiguous last dim."""
-    return _launch(x, None, weight, eps, out, prefetch=prefetch)
+    return _launch(x, None, weight, eps, out)
 
 
 def fused_add_rmsnorm(
@@ -181,7 +165,6 @@ def fused_add_rmsnorm(
     weight: torch.Tensor,
     eps: float,
     out: torch.Tensor | None = None,
-    prefetch: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns (rmsnorm(x + residual), x + residual); the sum is written INTO residual.
 
@@ -191,11 +174,11 @@ def fused_add_rmsnorm(
     if residual.shape != x.shape or residual.dtype != x.dtype:
         raise ValueError("x and residual must have the same shape and dtype")
     if not isinstance(x, SplitKPartials):
-        return _launch(x, residual, weight, eps, out, prefetch=prefetch), residual
+        return _launch(x, residual, weight, eps, out), residual
     parts = x.parts
     if parts.dtype != torch.float32 or parts.dim() != 3 or not parts.is_contiguous():
         raise ValueError("partials must be contiguous fp32 [S, M, N]")
     if parts.shape[0] < 2:  # nothing to reduce; the plain path needs x in the act dtype
-        return _launch(x.materialize(), residual, weight, eps, out, prefetch=prefetch), residual
-    y = _launch(parts[0], residual, weight, eps, out, parts.shape[0], x.dtype, prefetch)
+        return _launch(x.materialize(), residual, weight, eps, out), residual
+    y = _launch(parts[0], residual, weight, eps, out, parts.shape[0], x.dtype)
     return y, residual

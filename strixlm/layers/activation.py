@@ -9,13 +9,11 @@ import torch.nn.functional as F
 from strixlm.kernels.dispatch import use_triton
 
 
-def silu_and_mul(x: torch.Tensor, prefetch: torch.Tensor | None = None) -> torch.Tensor:
-    """x = [gate | up] along the last dim; returns silu(gate) * up. prefetch: the weight of
-    the projection that reads the result, which the Triton kernel may pull into L2 first
-    (pdl.next_weight_prefetch, opt-in); it changes no value."""
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """x = [gate | up] along the last dim; returns silu(gate) * up."""
     if use_triton(x):
         from strixlm.kernels.activation import silu_and_mul as triton_silu_and_mul
 
-        return triton_silu_and_mul(x, prefetch=prefetch)
+        return triton_silu_and_mul(x)
     gate, up = x.chunk(2, dim=-1)
     return F.silu(gate) * up

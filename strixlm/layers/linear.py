@@ -61,7 +61,7 @@ class Linear(nn.Linear):
         if _FUSE_SILU and gu.dim() == 2 and gu.shape[1] == 2 * k and gu.stride(1) == 1:
             if _skinny(gu, self.weight, _HALF) and gu.dtype == self.weight.dtype:
                 return gemv_kernel.gemv(gu, self.weight, self.bias, silu_mul=True)
-        h = silu_and_mul(gu, prefetch=self.weight)  # L2 prefetch of this weight: opt-in
+        h = silu_and_mul(gu)
         return self.forward_partials(h) if partials else self.forward(h)
 
     def forward_gate_up_silu(self, x: torch.Tensor) -> torch.Tensor | None:

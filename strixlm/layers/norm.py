@@ -23,14 +23,9 @@ class RMSNorm(nn.Module):
         return self.weight * xf.to(x.dtype)
 
     def forward(
-        self,
-        x: torch.Tensor | SplitKPartials,
-        residual: torch.Tensor | None = None,
-        prefetch: torch.Tensor | None = None,
+        self, x: torch.Tensor | SplitKPartials, residual: torch.Tensor | None = None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """With a residual: returns (norm(x + residual), x + residual). prefetch: the weight
-        of the projection that reads the output, for the Triton kernel to pull into L2 early
-        (pdl.next_weight_prefetch, opt-in); it changes no value.
+        """With a residual: returns (norm(x + residual), x + residual).
 
         On CUDA (Triton) the sum is written into `residual` in place and returned. x may be
         a linear layer's split-K partials: the fused kernel sums them itself; every other
@@ -43,8 +38,8 @@ class RMSNorm(nn.Module):
             from strixlm.kernels.rmsnorm import fused_add_rmsnorm, rmsnorm
 
             if residual is None:
-                return rmsnorm(x, self.weight, self.eps, prefetch=prefetch)
-            return fused_add_rmsnorm(x, residual, self.weight, self.eps, prefetch=prefetch)
+                return rmsnorm(x, self.weight, self.eps)
+            return fused_add_rmsnorm(x, residual, self.weight, self.eps)
         if residual is None:
             return self._norm(x)
         x = x + residual

@@ -157,15 +157,13 @@ class DecoderLayer(nn.Module):
     ) -> tuple[torch.Tensor | SplitKPartials, torch.Tensor]:
         """x: the embedding (residual None) or the previous layer's MLP output, which may be
         partials; so may the returned MLP output. Only RMSNorms with a residual take them."""
-        # Each norm may pull the next projection's weight into L2 (opt-in, pdl.py).
-        qkv_w, gate_up_w = self.self_attn.qkv_proj.weight, self.mlp.gate_up_proj.weight
         if residual is None:
             residual = x
-            x = self.input_layernorm(x, prefetch=qkv_w)
+            x = self.input_layernorm(x)
         else:
-            x, residual = self.input_layernorm(x, residual, prefetch=qkv_w)
+            x, residual = self.input_layernorm(x, residual)
         x = self.self_attn(positions, x, md, partials=True)
-        x, residual = self.post_attention_layernorm(x, residual, prefetch=gate_up_w)
+        x, residual = self.post_attention_layernorm(x, residual)
         return self.mlp(x, partials=True), residual
 
 
