@@ -41,15 +41,3 @@ def assert_compiles(script: str) -> None:
     if r.returncode == 3:
         pytest.skip("this triton has no ahead-of-time compile API")
     assert r.returncode == 0 and "compiled" in r.stdout, r.stderr[-3000:]
-
-
-# Script fragment: check_prefetch(ptx, mode) asserts a kernel's bulk L2 prefetch of its
-# weights (pdl.l2_prefetch_*) is there for modes 1 / 2 only, evict-last for 2, and comes
-# before the PDL wait (the point of issuing it while the predecessor drains).
-PREFETCH_CHECK = r"""
-def check_prefetch(ptx, mode):
-    at = ptx.find("cp.async.bulk.prefetch.L2")
-    assert (at >= 0) == (mode != 0), mode
-    assert ("evict_last" in ptx) == (mode == 2), mode
-    assert mode == 0 or at < ptx.find("griddepcontrol.wait"), "prefetch after the wait"
-"""

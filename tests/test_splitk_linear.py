@@ -19,7 +19,7 @@ import importlib  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from aot_compile import PREFETCH_CHECK, assert_compiles  # noqa: E402
+from aot_compile import assert_compiles  # noqa: E402
 from interpreted_triton import reimport_interpreted  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings(
@@ -399,32 +399,25 @@ def test_llama_forward_with_partials_matches_plain(monkeypatch):
 
 # ---- sm90 compiles ------------------------------------------------------------------------------
 
-AOT = (
-    PREFETCH_CHECK
-    + r"""
+AOT = r"""
 from strixlm.kernels import rmsnorm as r, splitk_linear as s
 target = GPUTarget("cuda", 90, 32)
 
-def partials_kernel(sig, cfg, whole_rows):
-    # Every prefetch mode: split K slices prefetch one range per row, whole rows one range
-    # per program; always before the wait.
-    for mode in (0, 1, 2):
-        c = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-                 PREFETCH=mode, WHOLE_ROWS=whole_rows, PDL=True)
-        src = ASTSource(s._splitk_partials_kernel, {**sig, **{k: "constexpr" for k in c}}, c)
-        ptx = triton.compile(src, target=target, options=dict(
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages)).asm["ptx"]
-        check_prefetch(ptx, mode)
+def partials_kernel(sig, cfg):
+    c = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, PDL=True)
+    src = ASTSource(s._splitk_partials_kernel, {**sig, **{k: "constexpr" for k in c}}, c)
+    triton.compile(src, target=target,
+                   options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
 
 for dt in ("bf16", "fp16"):
     sig = dict(x_ptr=f"*{dt}", w_ptr=f"*{dt}", part_ptr="*fp32", M="i32", N="i32",
                stride_xm="i32", stride_wn="i32", K_PER="i32")
     for cfg in (s._CFG_WIDE, s._CFG_NARROW):
-        partials_kernel(sig, cfg, False)
+        partials_kernel(sig, cfg)
     # dense_linear: split 1, the store rounds to the 16-bit output
     sig["part_ptr"] = f"*{dt}"
     for cfg in {c for rows in s._DENSE.values() for _, c in rows}:
-        partials_kernel(sig, cfg, True)
+        partials_kernel(sig, cfg)
 sig = dict(x_ptr="*fp32", res_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16", n_inner="i32",
            x_s0="i32", x_s1="i32", r_s0="i32", r_s1="i32", o_s0="i32", o_s1="i32",
            n_cols="i32", eps="fp32")
@@ -433,7 +426,6 @@ src = ASTSource(r._rmsnorm_kernel, {**sig, **{k: "constexpr" for k in c}}, c)
 triton.compile(src, target=target, options=dict(num_warps=4))
 print("compiled")
 """
-)
 
 
 def test_kernels_compile_for_sm90():

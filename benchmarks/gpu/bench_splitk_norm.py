@@ -102,8 +102,7 @@ def splitk_linear_add_norm(x, w, residual, norm_w, cfg, part=None):
     grid = (triton.cdiv(n, bn), triton.cdiv(m, bm), split)
     _splitk_partials_kernel[grid](
         x, w, part, m, n, x.stride(0), w.stride(0), k // split,
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PREFETCH=0, WHOLE_ROWS=False, PDL=False,
-        num_warps=warps, num_stages=stages,
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages,
     )  # fmt: skip
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     _reduce_add_norm_kernel[(m,)](

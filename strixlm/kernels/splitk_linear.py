@@ -24,14 +24,14 @@ import torch
 
 from strixlm.kernels.dispatch import HAS_TRITON
 from strixlm.kernels.gemv import MAX_ROWS as GEMV_MAX_ROWS
-from strixlm.kernels.pdl import l2_prefetch_mode, pdl_enabled
+from strixlm.kernels.pdl import pdl_enabled
 from strixlm.layers.splitk_partials import SplitKPartials
 
 if HAS_TRITON:
     import triton
     import triton.language as tl
 
-    from strixlm.kernels.pdl import l2_prefetch_range, l2_prefetch_rows, pdl_prologue
+    from strixlm.kernels.pdl import pdl_prologue
 
 # Wider outputs already make enough tiles; only N = 1024 was measured, 2048 is a guess.
 MAX_N = 2048
@@ -180,10 +180,9 @@ if HAS_TRITON:
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr,
-        PREFETCH: tl.constexpr,
-        WHOLE_ROWS: tl.constexpr,
         PDL: tl.constexpr,
     ):
+        pdl_prologue(PDL)
         # Program (n tile, m tile, k slice) writes part[slice, m tile, n tile] in fp32.
         # K_PER (K / SPLIT) is a multiple of BLOCK_K, so only rows and columns are masked.
         pid_n = tl.program_id(0)
@@ -195,16 +194,6 @@ if HAS_TRITON:
         row_ok = rows < M
         col_ok = cols < N
         k_lo = pid_k * K_PER
-        if PREFETCH != 0 and pid_m == 0:  # this program's slice of w, before the wait
-            elem = w_ptr.dtype.element_ty.primitive_bitwidth // 8
-            if WHOLE_ROWS:  # the tile's rows of a contiguous w: one range
-                n_rows = tl.minimum(BLOCK_N, N - pid_n * BLOCK_N)
-                start = w_ptr + (pid_n * BLOCK_N).to(tl.int64) * stride_wn
-                l2_prefetch_range(start, n_rows * K_PER * elem, PREFETCH)
-            else:  # a K slice: one range per row
-                starts = w_ptr + tl.where(col_ok, cols, 0).to(tl.int64) * stride_wn + k_lo
-                l2_prefetch_rows(starts, K_PER * elem, PREFETCH)
-        pdl_prologue(PDL)
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         for k0 in range(k_lo, k_lo + K_PER, BLOCK_K):
             a = tl.load(
@@ -252,11 +241,6 @@ def _launch(x: torch.Tensor, w: torch.Tensor, parts: torch.Tensor, cfg: SplitKCo
     if m:
         grid = (triton.cdiv(n, cfg.block_n), triton.cdiv(m, cfg.block_m), cfg.split)
         pdl = pdl_enabled(x)
-        whole_rows = cfg.split == 1 and w.stride(0) == k
-        # Bulk prefetches take 16-byte aligned starts and sizes.
-        e = w.element_size()
-        aligned = w.data_ptr() % 16 == 0 and (w.stride(0) * e) % 16 == 0
-        prefetch = l2_prefetch_mode(x) if aligned and (k // cfg.split * e) % 16 == 0 else 0
         _splitk_partials_kernel[grid](
             x,
             w,
@@ -269,8 +253,6 @@ def _launch(x: torch.Tensor, w: torch.Tensor, parts: torch.Tensor, cfg: SplitKCo
             BLOCK_M=cfg.block_m,
             BLOCK_N=cfg.block_n,
             BLOCK_K=cfg.block_k,
-            PREFETCH=prefetch,
-            WHOLE_ROWS=whole_rows,
             PDL=pdl,
             num_warps=cfg.num_warps,
             num_stages=cfg.num_stages,

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from strixlm.kernels.dispatch import HAS_TRITON
-from strixlm.kernels.pdl import l2_prefetch_mode, pdl_enabled
+from strixlm.kernels.pdl import pdl_enabled
 from strixlm.kernels.splitk_linear import half_operands
 
 if HAS_TRITON:
@@ -38,7 +38,7 @@ if HAS_TRITON:
     import triton.language as tl
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    from strixlm.kernels.pdl import l2_prefetch_range, pdl_prologue
+    from strixlm.kernels.pdl import pdl_prologue
 
 
 @dataclass(frozen=True)
@@ -93,22 +93,15 @@ if HAS_TRITON:
         x_desc,
         w_desc,
         out_desc,
-        w_ptr,
-        N,
         K,
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr,
-        PREFETCH: tl.constexpr,
         PDL: tl.constexpr,
     ):
+        pdl_prologue(PDL)
         off_n = tl.program_id(0) * BLOCK_N
         off_m = tl.program_id(1) * BLOCK_M
-        if PREFETCH != 0 and tl.program_id(1) == 0:  # w's rows of this tile, contiguous
-            elem = w_ptr.dtype.element_ty.primitive_bitwidth // 8
-            nbytes = tl.minimum(BLOCK_N, N - off_n) * K * elem
-            l2_prefetch_range(w_ptr + off_n.to(tl.int64) * K, nbytes, PREFETCH)
-        pdl_prologue(PDL)
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         for k in range(0, K, BLOCK_K):
             a = x_desc.load([off_m, k])
@@ -139,11 +132,9 @@ def tma_linear(x: torch.Tensor, w: torch.Tensor, cfg: TmaConfig) -> torch.Tensor
         return out
     xd, wd, od = tma_descriptors(x, w, out, cfg)
     pdl = pdl_enabled(x)
-    prefetch = l2_prefetch_mode(x) if w.is_contiguous() else 0
     grid = (triton.cdiv(n, cfg.block_n), triton.cdiv(m, cfg.block_m))
     _tma_linear_kernel[grid](
-        xd, wd, od, w, n, k, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        PREFETCH=prefetch, PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        launch_pdl=pdl,
+        xd, wd, od, k, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, PDL=pdl,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
     )  # fmt: skip
     return out
