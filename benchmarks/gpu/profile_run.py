@@ -79,10 +79,16 @@ def idle_gaps(intervals: list[tuple[float, float]]) -> list[float]:
     return gaps
 
 
-def where_gaps_go(kernels: list) -> None:
+STEP_END = ("sample_kernel", "lm_head_argmax")  # one of them ends every step
+
+
+def where_gaps_go(kernels: list, steps: list[tuple[int, int]], kv_bytes_per_token: int) -> None:
     """Where the idle time sits: gaps over 20 us by the kernel pair around them, and the
-    run cut into steps at the sampler's launches (one per step) with each step's span and
-    busy time, in buckets of 50 steps (prefill steps first, the small-batch tail last)."""
+    run cut into steps at its sampling kernel (one per step) in buckets of 50 steps (prefill
+    steps first, the small-batch tail last): each bucket's span, busy and idle time, its mean
+    decode batch, and attention's time and read rate over the decode rows' KV (steps[i] is
+    step i's (decode rows, their summed context), recorded at scheduling; the admission
+    steps' prompt rows are not counted in the rate)."""
     recs = sorted((e.time_range.start, e.time_range.end, e.name) for e in kernels)
     pairs: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0])
     end, prev = None, ""
@@ -96,25 +102,62 @@ def where_gaps_go(kernels: list) -> None:
     print("idle gaps > 20 us by the kernels around them (count, ms):")
     for (a, b), (n, us) in sorted(pairs.items(), key=lambda kv: -kv[1][1])[:12]:
         print(f"  {n:5d} {us / 1e3:8.1f}  {a} -> {b}")
-    cuts = [e for s, e, name in recs if "sample" in name.lower()]
+    cuts = [e for s, e, name in recs if any(f in name for f in STEP_END)]
     if len(cuts) < 2:
         return
-    print("steps (cut at the sampler), per 50: span ms, GPU busy ms, idle ms, mean span ms")
+    if len(cuts) != len(steps):
+        print(f"({len(cuts)} sampling launches for {len(steps)} scheduled steps: no batch column)")
+        steps = []
+    print(
+        "steps (cut at the sampling kernel), per 50: span ms, GPU busy ms, idle ms, mean span"
+        " ms, mean decode rows, attention ms, attention TB/s over the decode KV"
+    )
     t0 = recs[0][0]
     bounds = [t0] + cuts
     i = 0
     for lo in range(0, len(cuts), 50):
         hi = min(lo + 50, len(cuts))
         a, b = bounds[lo], bounds[hi]
-        ivs = []
+        ivs, attn_us = [], 0.0
         while i < len(recs) and recs[i][0] < b:
             if recs[i][0] >= a:
                 ivs.append((recs[i][0], min(recs[i][1], b)))
+                if category(recs[i][2]) == "attention":
+                    attn_us += recs[i][1] - recs[i][0]
             i += 1
         busy = union_us(ivs)
         span = b - a
-        print(f"  steps {lo:4d}-{hi - 1:4d}: {span / 1e3:8.1f} {busy / 1e3:8.1f}"
-              f" {(span - busy) / 1e3:7.1f} {span / 1e3 / (hi - lo):7.2f}")  # fmt: skip
+        line = (f"  steps {lo:4d}-{hi - 1:4d}: {span / 1e3:8.1f} {busy / 1e3:8.1f}"
+                f" {(span - busy) / 1e3:7.1f} {span / 1e3 / (hi - lo):7.2f}")  # fmt: skip
+        if steps:
+            rows = sum(r for r, _ in steps[lo:hi]) / (hi - lo)
+            kv = sum(c for _, c in steps[lo:hi]) * kv_bytes_per_token
+            rate = kv / attn_us / 1e6 if attn_us else 0.0
+            line += f" {rows:6.1f} {attn_us / 1e3:8.1f} {rate:5.2f}"
+        print(line)
+
+
+def record_steps(llm: LLM) -> list[tuple[int, int]]:
+    """Wrap the scheduler so every step appends (decode rows, their summed context after the
+    step): what that step's decode attention reads, in tokens per layer."""
+    sched = llm.engine.core.scheduler
+    schedule = sched.schedule
+    steps: list[tuple[int, int]] = []
+
+    def recorded():
+        out = schedule()
+        if not out.is_empty:
+            by_id = {r.request_id: r for r in sched.running}
+            ctx = [
+                by_id[rid].num_computed_tokens
+                for rid, n in out.num_scheduled_tokens.items()
+                if n == 1 and rid in by_id
+            ]
+            steps.append((len(ctx), sum(ctx)))
+        return out
+
+    sched.schedule = recorded
+    return steps
 
 
 def main() -> int:
@@ -148,6 +191,7 @@ def main() -> int:
     n_out = sum(len(o.outputs[0].token_ids) for o in outs)
     print(f"unprofiled run: {plain_s:.3f} s, {n_out / plain_s:,.0f} output tok/s")
 
+    steps = record_steps(llm)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -186,7 +230,7 @@ def main() -> int:
     print(f"{'category':18s} {'seconds':>8s} {'share':>6s}")
     for cat, us in sorted(by_cat.items(), key=lambda kv: -kv[1]):
         print(f"{cat:18s} {us / 1e6:8.3f} {us / 1e6 / prof_s:6.1%}")
-    where_gaps_go(kernels)
+    where_gaps_go(kernels, steps, floor["kv_bytes_per_token"])
     print("top kernels (total ms, launches, mean us):")
     top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:25]
     for name, (us, n) in top:
