@@ -108,6 +108,10 @@
 #   fusedab the workload with the fused greedy tail on / off, alternating, three pairs
 #   lmhead  the greedy tail (LM head + greedy sampling graph) against the LM head with an
 #           argmax epilogue (bench_lm_head_argmax.py): config sweep and token check per M
+#   tailab  the small-batch tail's split heuristic (session 18's profile: attention below ~90
+#           sequences at 1.9-3.9 TB/s): sweep_decode_attn.py --tail at the run's tail shapes
+#           per knob setting, then the workload alternating STRIXLM_ATTN_SPLIT_CTAS /
+#           STRIXLM_ATTN_PERSISTENT_SPLIT_MIN at 2 / 0.6 (default), 4 / 0.6 and 4 / 0.9, twice
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
@@ -449,6 +453,19 @@ if has headfused; then
     python benchmarks/gpu/bench_headfused_decode.py --engine-only
 fi
 
+if has tailab; then
+  run tail 200 python benchmarks/gpu/sweep_decode_attn.py --tail --budget-s 170 \
+    --json "$OUT/tail.json"
+  run tp_warm 100 $TP --model qwen3-0.6b
+  for r in 1 2; do
+    for v in 2:0.6 4:0.6 4:0.9; do
+      c=${v%%:*} m=${v#*:}
+      STRIXLM_ATTN_SPLIT_CTAS=$c STRIXLM_ATTN_PERSISTENT_SPLIT_MIN=$m run "tp_c${c}_m${m}_$r" 100 \
+        $TP --model qwen3-0.6b --output-json "$OUT/tp_c${c}_m${m}_$r.json"
+    done
+  done
+  grep "strixlm  " "$OUT"/tp_c*.log
+fi
 if has closing; then
   run e2e 240 python benchmarks/gpu/check_e2e.py
   run tp_warm 100 $TP --model qwen3-0.6b

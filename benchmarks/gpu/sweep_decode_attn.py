@@ -157,6 +157,52 @@ def split_persistent_ab(name, q, cache, md, ctxs, order, kv_bytes) -> dict:
     return row
 
 
+# The run's small-batch tail (docs/benchmarks.md, session 18: attention below ~90 sequences
+# read 1.9-3.9 TB/s): a request still decoding at step s has its prompt ([100, 1024]) plus
+# ~s - 18 tokens in context. (batch, step) pairs from the profile's per-50-step means.
+TAIL_SHAPES = [
+    (f"b{b} step{s} ctx prompt+{s - 18}", [c + s - 18 for c in _spread(b, 100, 1024, b)])
+    for b, s in ((93, 725), (79, 775), (64, 825), (56, 850), (46, 875), (39, 900),
+                 (33, 925), (26, 950), (20, 975), (12, 1000), (6, 1020))
+]  # fmt: skip
+# (split CTAs per SM, persistent split from this many sequences per program): the
+# heuristic's knobs (paged_attention.SPLIT_TARGET_CTAS_PER_SM, paged_decode.
+# PERSISTENT_SPLIT_MIN_ITEMS); the first pair is the default.
+TAIL_KNOBS = [(2, 0.6), (3, 0.6), (4, 0.6), (6, 0.6), (4, 0.9), (4, 1.25)]
+
+
+def tail_knobs(name, q, cache, md, ctxs, order, kv_bytes) -> dict:
+    """The heuristic's choice at each TAIL_KNOBS setting (each distinct config timed once)."""
+    from strixlm.kernels import paged_decode as pdk
+
+    sms = pa.num_sms(q.device)
+    saved = pa.SPLIT_TARGET_CTAS_PER_SM, pdk.PERSISTENT_SPLIT_MIN_ITEMS
+    timed: dict[str, float] = {}
+    row = {"shape": name, "knobs": []}
+    base_out, base_us = None, None
+    try:
+        for ctas, split_min in TAIL_KNOBS:
+            pa.SPLIT_TARGET_CTAS_PER_SM, pdk.PERSISTENT_SPLIT_MIN_ITEMS = ctas, split_min
+            # The padded upper bound a captured graph plans with (choose_num_splits).
+            cfg = pa.select_config(HQ, HKV, D, len(ctxs), 1, 40960, sms)
+            key = str(cfg)
+            if key not in timed:
+                fn = attn_call(q, cache, md, False, cfg, seq_order=order)
+                out = fn()
+                base_out = out if base_out is None else base_out
+                err = rel_err(out, base_out)[0]
+                timed[key] = graph_time_us(fn)
+                base_us = timed[key] if base_us is None else base_us
+            t = timed[key]
+            print(f"  {name}: ctas {ctas} split_min {split_min}: {cfg.num_splits} segs"
+                  f" persistent {cfg.persistent}: {t:7.1f} us ({kv_bytes / t / 1e6:.2f} TB/s,"
+                  f" x{base_us / t:.3f} vs default) rel {err:.1e}", flush=True)  # fmt: skip
+            row["knobs"].append(dict(ctas=ctas, split_min=split_min, config=key, us=t))
+    finally:
+        pa.SPLIT_TARGET_CTAS_PER_SM, pdk.PERSISTENT_SPLIT_MIN_ITEMS = saved
+    return row
+
+
 # Does a partly filled last KV tile cost a whole tile? Uniform contexts around multiples of
 # the 64-token tile, and the same tokens in fewer, longer sequences.
 TILE_COST_SHAPES = [
@@ -199,6 +245,9 @@ def main() -> None:
     ap.add_argument(
         "--tile-cost", action="store_true", help="partly filled last tiles vs full ones"
     )
+    ap.add_argument(
+        "--tail", action="store_true", help="the run's small-batch tail: split heuristic knobs"
+    )
     args = ap.parse_args()
     deadline = time.monotonic() + args.budget_s
     results = []
@@ -207,6 +256,8 @@ def main() -> None:
         shapes = SPLIT_SHAPES
     elif args.tile_cost:
         shapes = TILE_COST_SHAPES
+    elif args.tail:
+        shapes = TAIL_SHAPES
     for name, ctxs in shapes:
         if time.monotonic() > deadline:
             print(f"{name}: skipped (time budget spent)")
@@ -218,10 +269,11 @@ def main() -> None:
         kv_bytes = sum(ctxs) * HKV * D * 2 * cache.element_size()
         sms = pa.num_sms(q.device)
         heur = pa.select_config(HQ, HKV, D, b, 1, max(ctxs), sms)
-        if args.persistent or args.split_persistent or args.tile_cost:
+        if args.persistent or args.split_persistent or args.tile_cost or args.tail:
             order = torch.tensor(sorted(range(b), key=lambda i: -ctxs[i]), dtype=torch.int32)
             ab = split_persistent_ab if args.split_persistent else persistent_ab
             ab = tile_cost if args.tile_cost else ab
+            ab = tail_knobs if args.tail else ab
             results.append(ab(name, q, cache, md, ctxs, order.to(q.device), kv_bytes))
             del cache
             torch.cuda.empty_cache()

@@ -48,7 +48,8 @@ LOG2E = 1.4426950408889634
 # Split heuristic knobs (see choose_num_splits); tuned on the H200 by
 # benchmarks/gpu/check_attention.py --sweep.
 SPLIT_MAX_QUERY_LEN = 8  # decode and short speculative verification
-SPLIT_TARGET_CTAS_PER_SM = 2
+# STRIXLM_ATTN_SPLIT_CTAS (read at import) for A/B runs of the small-batch tail.
+SPLIT_TARGET_CTAS_PER_SM = int(os.environ.get("STRIXLM_ATTN_SPLIT_CTAS", "2"))
 SPLIT_MIN_TOKENS_PER_SEG = 128
 SPLIT_MAX_SEGS = 64
 # Benchmark knobs for A/B runs of the decode config (defaults are the tuned choice: on the
