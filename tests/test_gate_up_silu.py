@@ -18,7 +18,7 @@ import importlib  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from aot_compile import assert_compiles  # noqa: E402
+from aot_compile import TMA_COMPILE, assert_compiles  # noqa: E402
 from interpreted_triton import reimport_interpreted  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings(
@@ -151,9 +151,10 @@ def test_linear_takes_the_tma_kernel_at_prefill_rows(monkeypatch):
     assert seen == [small]
 
 
-AOT = r"""
+AOT = (
+    TMA_COMPILE
+    + r"""
 from strixlm.kernels import gate_up_silu as g
-target = GPUTarget("cuda", 90, 32)
 for dt in ("bf16", "fp16"):
     sig = dict(x_ptr=f"*{dt}", w_ptr=f"*{dt}", out_ptr=f"*{dt}", M="i32", INTER="i32", K="i32",
                stride_xm="i32", stride_wn="i32", stride_om="i32")
@@ -162,18 +163,10 @@ for dt in ("bf16", "fp16"):
         src = ASTSource(g._gate_up_silu_kernel, {**sig, **{k: "constexpr" for k in c}}, c)
         triton.compile(src, target=target,
                        options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
-    for cfg in (g.PREFILL_CONFIG,):
-        bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
-        sig = dict(x_desc=f"tensordesc<{dt}[{bm},{bk}]>", w_desc=f"tensordesc<{dt}[{bn},{bk}]>",
-                   out_desc=f"tensordesc<{dt}[{bm},{bn}]>", INTER="i32", K="i32")
-        c = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PDL=True)
-        src = ASTSource(g._tma_gate_up_silu_kernel, {**sig, **{k: "constexpr" for k in c}}, c)
-        k = triton.compile(src, target=target,
-                           options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
-        assert "cp.async.bulk.tensor" in k.asm["ptx"] and "wgmma" in k.asm["ptx"]
-        assert k.metadata.shared <= 227 * 1024, (cfg, k.metadata.shared)
+    compile_tma(g._tma_gate_up_silu_kernel, g.PREFILL_CONFIG, dt, INTER="i32", K="i32")
 print("compiled")
 """
+)
 
 
 def test_kernel_compiles_for_sm90():

@@ -15,7 +15,7 @@ os.environ["TRITON_INTERPRET"] = "1"
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from aot_compile import assert_compiles  # noqa: E402
+from aot_compile import TMA_COMPILE, assert_compiles  # noqa: E402
 from interpreted_triton import reimport_interpreted  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings(
@@ -92,22 +92,16 @@ def test_forward_takes_the_tma_kernel_at_measured_shapes(monkeypatch):
     assert len(seen) == 1
 
 
-AOT = r"""
+AOT = (
+    TMA_COMPILE
+    + r"""
 from strixlm.kernels import tma_linear as t
-target = GPUTarget("cuda", 90, 32)
 for dt in ("bf16", "fp16"):
     for cfg in {c for rows in t._TABLE.values() for _, _, c in rows}:
-        bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
-        sig = dict(x_desc=f"tensordesc<{dt}[{bm},{bk}]>", w_desc=f"tensordesc<{dt}[{bn},{bk}]>",
-                   out_desc=f"tensordesc<{dt}[{bm},{bn}]>", K="i32")
-        c = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PDL=True)
-        src = ASTSource(t._tma_linear_kernel, {**sig, **{k: "constexpr" for k in c}}, c)
-        k = triton.compile(src, target=target,
-                           options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
-        assert "cp.async.bulk.tensor" in k.asm["ptx"] and "wgmma" in k.asm["ptx"]
-        assert k.metadata.shared <= 227 * 1024, (cfg, k.metadata.shared)
+        compile_tma(t._tma_linear_kernel, cfg, dt, K="i32")
 print("compiled")
 """
+)
 
 
 def test_kernels_compile_for_sm90_with_tma_and_wgmma():
