@@ -112,6 +112,9 @@
 #           sequences at 1.9-3.9 TB/s): sweep_decode_attn.py --tail at the run's tail shapes
 #           per knob setting, then the workload alternating STRIXLM_ATTN_SPLIT_CTAS /
 #           STRIXLM_ATTN_PERSISTENT_SPLIT_MIN at 2 / 0.6 (default), 4 / 0.6 and 4 / 0.9, twice
+#           (run in session 18: default kept)
+#   tailsweep  the sweep alone (~1 min), which also times the unified kernel at 1 / 2 / 4 / 8
+#           segments per tail shape: the data for a per-batch segment table
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
@@ -453,6 +456,10 @@ if has headfused; then
     python benchmarks/gpu/bench_headfused_decode.py --engine-only
 fi
 
+if has tailsweep; then
+  run tail 200 python benchmarks/gpu/sweep_decode_attn.py --tail --budget-s 170 \
+    --json "$OUT/tail.json"
+fi
 if has tailab; then
   run tail 200 python benchmarks/gpu/sweep_decode_attn.py --tail --budget-s 170 \
     --json "$OUT/tail.json"

@@ -200,6 +200,19 @@ def tail_knobs(name, q, cache, md, ctxs, order, kv_bytes) -> dict:
             row["knobs"].append(dict(ctas=ctas, split_min=split_min, config=key, us=t))
     finally:
         pa.SPLIT_TARGET_CTAS_PER_SM, pdk.PERSISTENT_SPLIT_MIN_ITEMS = saved
+    # Segment counts no knob setting reaches (fewer than the heuristic picks below 40
+    # sequences; the unified kernel where the persistent grid runs), for a per-batch table.
+    unified = pa.AttnConfig(16, pa.DECODE_TILE, pa.DECODE_WARPS, 3)
+    for segs in (1, 2, 4, 8):
+        cfg = dataclasses.replace(unified, num_splits=segs)
+        if str(cfg) in timed:
+            continue
+        fn = attn_call(q, cache, md, False, cfg, seq_order=order)
+        err = rel_err(fn(), base_out)[0]
+        t = timed[str(cfg)] = graph_time_us(fn)
+        print(f"  {name}: unified {segs} segs: {t:7.1f} us ({kv_bytes / t / 1e6:.2f} TB/s,"
+              f" x{base_us / t:.3f} vs default) rel {err:.1e}", flush=True)  # fmt: skip
+        row.setdefault("unified_segs", []).append(dict(segs=segs, us=t))
     return row
 
 
