@@ -21,6 +21,10 @@ the attention grid at 4, 3 and 2 programs per SM. Run it with STRIXLM_DISABLE_PD
 no variant gets PDL where another cannot.
 
     STRIXLM_DISABLE_PDL=1 python benchmarks/gpu/bench_pingpong.py [--json PATH]
+
+H200, 2026-12-02 (docs/benchmarks.md, session 18): the ping-pong ran x0.95 of the full batch
+at 4 programs per SM, and x0.70-0.90 at 2-3. Splitting costs 11-15%, and a smaller grid
+stops attention from streaming. Not built into the engine.
 """
 
 from __future__ import annotations
