@@ -456,13 +456,11 @@ if has headfused; then
     python benchmarks/gpu/bench_headfused_decode.py --engine-only
 fi
 
-if has tailsweep; then
+if has tailsweep || has tailab; then
   run tail 200 python benchmarks/gpu/sweep_decode_attn.py --tail --budget-s 170 \
     --json "$OUT/tail.json"
 fi
 if has tailab; then
-  run tail 200 python benchmarks/gpu/sweep_decode_attn.py --tail --budget-s 170 \
-    --json "$OUT/tail.json"
   run tp_warm 100 $TP --model qwen3-0.6b
   for r in 1 2; do
     for v in 2:0.6 4:0.6 4:0.9; do
