@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -64,19 +65,27 @@ def stack(ctxs: list[int], weights, seed: int):
     return run
 
 
+@contextmanager
+def forked(*streams: torch.cuda.Stream):
+    """Work queued on `streams` inside the block starts after, and is joined back into,
+    the current stream (as graph capture needs)."""
+    main = torch.cuda.current_stream()
+    for s in streams:
+        s.wait_stream(main)
+    yield
+    for s in streams:
+        main.wait_stream(s)
+
+
 def two_streams(run_a, run_b):
     s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
 
     def run():
-        main = torch.cuda.current_stream()
-        s1.wait_stream(main)
-        s2.wait_stream(main)
-        with torch.cuda.stream(s1):
-            run_a()
-        with torch.cuda.stream(s2):
-            run_b()
-        main.wait_stream(s1)
-        main.wait_stream(s2)
+        with forked(s1, s2):
+            with torch.cuda.stream(s1):
+                run_a()
+            with torch.cuda.stream(s2):
+                run_b()
 
     return run
 

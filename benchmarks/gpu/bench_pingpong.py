@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from bench_overlap import HIDDEN, INTER, LAYERS, Q, layer_weights  # noqa: E402
+from bench_overlap import HIDDEN, INTER, LAYERS, Q, forked, layer_weights  # noqa: E402
 from check_attention import DTYPE, HKV, SCALE, make_batch  # noqa: E402
 from graph_timing import graph_time_us  # noqa: E402
 from sweep_decode_attn import _spread  # noqa: E402
@@ -95,33 +95,29 @@ def ping_pong(a: Half, b: Half):
     s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
 
     def run() -> None:
-        main = torch.cuda.current_stream()
-        s1.wait_stream(main)
-        s2.wait_stream(main)
         done_a = [torch.cuda.Event() for _ in range(LAYERS)]
         done_b = [torch.cuda.Event() for _ in range(LAYERS)]
-        with torch.cuda.stream(s1):
-            a.pre(0)
-        with torch.cuda.stream(s2):
-            b.pre(0)
-        for layer in range(LAYERS):
+        with forked(s1, s2):
             with torch.cuda.stream(s1):
-                if layer:
-                    s1.wait_event(done_b[layer - 1])
-                a.attn(layer)
-                done_a[layer].record(s1)
-                a.post(layer)
-                if layer + 1 < LAYERS:
-                    a.pre(layer + 1)
+                a.pre(0)
             with torch.cuda.stream(s2):
-                s2.wait_event(done_a[layer])
-                b.attn(layer)
-                done_b[layer].record(s2)
-                b.post(layer)
-                if layer + 1 < LAYERS:
-                    b.pre(layer + 1)
-        main.wait_stream(s1)
-        main.wait_stream(s2)
+                b.pre(0)
+            for layer in range(LAYERS):
+                with torch.cuda.stream(s1):
+                    if layer:
+                        s1.wait_event(done_b[layer - 1])
+                    a.attn(layer)
+                    done_a[layer].record(s1)
+                    a.post(layer)
+                    if layer + 1 < LAYERS:
+                        a.pre(layer + 1)
+                with torch.cuda.stream(s2):
+                    s2.wait_event(done_a[layer])
+                    b.attn(layer)
+                    done_b[layer].record(s2)
+                    b.post(layer)
+                    if layer + 1 < LAYERS:
+                        b.pre(layer + 1)
 
     return run
 
