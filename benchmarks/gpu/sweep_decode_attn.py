@@ -201,10 +201,12 @@ def tail_knobs(name, q, cache, md, ctxs, order, kv_bytes) -> dict:
     finally:
         pa.SPLIT_TARGET_CTAS_PER_SM, pdk.PERSISTENT_SPLIT_MIN_ITEMS = saved
     # Segment counts no knob setting reaches (fewer than the heuristic picks below 40
-    # sequences; the unified kernel where the persistent grid runs), for a per-batch table.
-    unified = pa.AttnConfig(16, pa.DECODE_TILE, pa.DECODE_WARPS, 3)
+    # sequences; the unified kernel where the persistent grid runs), for a per-batch table:
+    # select_config's unified decode config (a split count > 1 keeps it off the persistent
+    # grid) at each count.
+    split = pa.select_config(HQ, HKV, D, len(ctxs), 1, 40960, sms, num_splits=2)
     for segs in (1, 2, 4, 8):
-        cfg = dataclasses.replace(unified, num_splits=segs)
+        cfg = dataclasses.replace(split, num_splits=segs)
         if str(cfg) in timed:
             continue
         fn = attn_call(q, cache, md, False, cfg, seq_order=order)
