@@ -147,12 +147,8 @@ def record_steps(llm: LLM) -> list[tuple[int, int]]:
     def recorded():
         out = schedule()
         if not out.is_empty:
-            by_id = {r.request_id: r for r in sched.running}
-            ctx = [
-                by_id[rid].num_computed_tokens
-                for rid, n in out.num_scheduled_tokens.items()
-                if n == 1 and rid in by_id
-            ]
+            n_new = out.num_scheduled_tokens
+            ctx = [r.num_computed_tokens for r in sched.running if n_new.get(r.request_id) == 1]
             steps.append((len(ctx), sum(ctx)))
         return out
 
