@@ -137,6 +137,31 @@ def where_gaps_go(kernels: list, steps: list[tuple[int, int]], kv_bytes_per_toke
         print(line)
 
 
+def show_step_gaps(kernels: list, step: int, min_gap_us: float = 1.0) -> None:
+    """One step's idle stretches of at least min_gap_us, each with the ops around it (the
+    step runs from the sampling kernel that ends the step before to its own): with PDL the
+    launch gaps inside the graph vanish, so what is left sits at graph and copy boundaries."""
+    recs = sorted((e.time_range.start, e.time_range.end, e.name) for e in kernels)
+    cuts = [i for i, (_, _, name) in enumerate(recs) if any(f in name for f in STEP_END)]
+    if step + 1 >= len(cuts):
+        return
+    lo, hi = cuts[step] + 1, cuts[step + 1] + 1
+    t0 = end = recs[cuts[step]][1]
+    total, n = 0.0, 0
+    print(
+        f"step {step}: {hi - lo} ops over {(recs[hi - 1][1] - t0):.1f} us; gaps >= {min_gap_us} us:"
+    )
+    prev = recs[cuts[step]][2]
+    for s, e, name in recs[lo:hi]:
+        if s - end >= min_gap_us:
+            total += s - end
+            n += 1
+            print(f"  at {s - t0:8.1f} us  gap {s - end:6.1f}  {prev[:45]} -> {name[:45]}")
+        if e > end:
+            end, prev = e, name
+    print(f"  {n} gaps, {total:.1f} us")
+
+
 def record_steps(llm: LLM) -> list[tuple[int, int]]:
     """Wrap the scheduler so every step appends (decode rows, their summed context after the
     step): what that step's decode attention reads, in tokens per layer."""
@@ -161,6 +186,9 @@ def main() -> int:
     ap.add_argument("--model", default="qwen3-0.6b")
     ap.add_argument("--json", default=None)
     ap.add_argument("--num-prompts", type=int, default=256)
+    ap.add_argument(
+        "--show-steps", default="", help="comma-separated step indices: print their idle gaps"
+    )
     args = ap.parse_args()
     folder, load_format = resolve_model(args.model, "dummy")
     hf = AutoConfig.from_pretrained(folder)
@@ -227,6 +255,8 @@ def main() -> int:
     for cat, us in sorted(by_cat.items(), key=lambda kv: -kv[1]):
         print(f"{cat:18s} {us / 1e6:8.3f} {us / 1e6 / prof_s:6.1%}")
     where_gaps_go(kernels, steps, floor["kv_bytes_per_token"])
+    for idx in filter(None, args.show_steps.split(",")):
+        show_step_gaps(kernels, int(idx))
     print("top kernels (total ms, launches, mean us):")
     top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:25]
     for name, (us, n) in top:
