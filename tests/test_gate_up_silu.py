@@ -131,15 +131,15 @@ def test_tma_kernel_matches_reference(m):
 
 
 def test_linear_takes_the_tma_kernel_at_prefill_rows(monkeypatch):
-    """Where plan_prefill gives a config, Linear.forward_gate_up_silu runs the TMA kernel (its
-    decode table has no row count this large); plan_prefill itself wants CUDA, sm90+ and the
+    """Where plan_tma gives a config, Linear.forward_gate_up_silu runs the TMA kernel (its
+    decode table has no row count this large); plan_tma itself wants CUDA, sm90+ and the
     row threshold."""
     lin = linear.Linear(64, 128, bias=False).to(torch.float16)
     x = torch.randn(40, 64).to(torch.float16)
-    assert kgu.plan_prefill(x, lin.weight, False) is None  # a CPU tensor
+    assert kgu.plan_tma(x, lin.weight, False) is None  # a CPU tensor
     small = ktma.TmaConfig(16, 32, 32, 4, 2)
     monkeypatch.setattr(linear, "use_triton", lambda t: True)
-    monkeypatch.setattr(kgu, "plan_prefill", lambda x, w, b: small if x.shape[0] >= 32 else None)
+    monkeypatch.setattr(kgu, "plan_tma", lambda x, w, b: small if x.shape[0] >= 32 else None)
     seen = []
     real = kgu.tma_gate_up_silu
     monkeypatch.setattr(kgu, "tma_gate_up_silu", lambda *a: seen.append(a[2]) or real(*a))
