@@ -82,14 +82,23 @@ def idle_gaps(intervals: list[tuple[float, float]]) -> list[float]:
 STEP_END = ("sample_kernel", "lm_head_argmax")  # one of them ends every step
 
 
-def where_gaps_go(kernels: list, steps: list[tuple[int, int]], kv_bytes_per_token: int) -> None:
+Record = tuple[float, float, str]  # a profiled kernel's (start, end, name), in us
+
+
+def kernel_records(kernels: list) -> list[Record]:
+    """(start, end, name) of every profiled kernel, in start order."""
+    return sorted((e.time_range.start, e.time_range.end, e.name) for e in kernels)
+
+
+def where_gaps_go(
+    recs: list[Record], steps: list[tuple[int, int]], kv_bytes_per_token: int
+) -> None:
     """Where the idle time sits: gaps over 20 us by the kernel pair around them, and the
     run cut into steps at its sampling kernel (one per step) in buckets of 50 steps (prefill
     steps first, the small-batch tail last): each bucket's span, busy and idle time, its mean
     decode batch, and attention's time and read rate over the decode rows' KV (steps[i] is
     step i's (decode rows, their summed context), recorded at scheduling; the admission
     steps' prompt rows are not counted in the rate)."""
-    recs = sorted((e.time_range.start, e.time_range.end, e.name) for e in kernels)
     pairs: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0])
     end, prev = None, ""
     for s, e, name in recs:
@@ -137,11 +146,10 @@ def where_gaps_go(kernels: list, steps: list[tuple[int, int]], kv_bytes_per_toke
         print(line)
 
 
-def show_step_gaps(kernels: list, step: int, min_gap_us: float = 1.0) -> None:
+def show_step_gaps(recs: list[Record], step: int, min_gap_us: float = 1.0) -> None:
     """One step's idle stretches of at least min_gap_us, each with the ops around it (the
     step runs from the sampling kernel that ends the step before to its own): with PDL the
     launch gaps inside the graph vanish, so what is left sits at graph and copy boundaries."""
-    recs = sorted((e.time_range.start, e.time_range.end, e.name) for e in kernels)
     cuts = [i for i, (_, _, name) in enumerate(recs) if any(f in name for f in STEP_END)]
     if step + 1 >= len(cuts):
         return
@@ -254,9 +262,10 @@ def main() -> int:
     print(f"{'category':18s} {'seconds':>8s} {'share':>6s}")
     for cat, us in sorted(by_cat.items(), key=lambda kv: -kv[1]):
         print(f"{cat:18s} {us / 1e6:8.3f} {us / 1e6 / prof_s:6.1%}")
-    where_gaps_go(kernels, steps, floor["kv_bytes_per_token"])
+    recs = kernel_records(kernels)
+    where_gaps_go(recs, steps, floor["kv_bytes_per_token"])
     for idx in filter(None, args.show_steps.split(",")):
-        show_step_gaps(kernels, int(idx))
+        show_step_gaps(recs, int(idx))
     print("top kernels (total ms, launches, mean us):")
     top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:25]
     for name, (us, n) in top:

@@ -66,8 +66,9 @@ ENABLED = os.environ.get("STRIXLM_TMA_GEMM", "1") != "0"
 # (its consumer cannot start early either), which that sweep did not count.
 # Values: 1 = both, down / gate_up = that one only.
 _WIDE = os.environ.get("STRIXLM_WIDE_TMA", "0")
-WIDE = _WIDE in ("1", "gate_up")  # gate_up_silu.plan_tma reads it
-if _WIDE in ("1", "down"):
+WIDE_GATE_UP = _WIDE in ("1", "gate_up")  # gate_up_silu.plan_tma reads it
+WIDE_DOWN = _WIDE in ("1", "down")
+if WIDE_DOWN:
     _TABLE[(1024, 3072)] = [(129, 256, TmaConfig(64, 64, 128, 4, 4))]  # Qwen3-0.6B down
 
 
