@@ -14,6 +14,7 @@
 #   nano    Nemotron 3 Nano batch-1 latency (target 4 ms) and the standard workload
 #   prof    profile_step.py kernel tables at batch-256 decode and budget-sized prefill steps
 #   profrun the standard workload's GPU time by kernel kind over the whole run (profile_run.py)
+#   profsteps  profrun plus the idle gaps of steps 100 / 400 / 700 / 950 with their neighbours
 #   readbw  copy vs streaming-read bandwidth (bench_read_bw.py)
 #   tunable TunableOp-tuned cuBLASLt GEMMs vs the default pick (bench_decode_gemm --tunableop)
 #   persist decode attention, unified vs persistent grid (sweep_decode_attn --persistent)
@@ -253,6 +254,10 @@ if has nanowarm; then  # the first run fills Triton's cache, the second is the f
 fi
 if has profrun; then  # the whole standard workload under torch.profiler: time per kernel kind
   run profrun 300 python benchmarks/gpu/profile_run.py --json "$OUT/profile_run.json"
+fi
+if has profsteps; then  # the whole-run profile plus four steps' idle gaps with the ops around them
+  run profsteps 300 python benchmarks/gpu/profile_run.py --json "$OUT/profile_run.json" \
+    --show-steps 100,400,700,950
 fi
 if has readbw; then  # HBM read ceiling (what decode attention can reach) vs copy bandwidth
   run readbw 120 python benchmarks/gpu/bench_read_bw.py --json "$OUT/read_bw.json"
