@@ -78,8 +78,6 @@
 #           decode GEMMs of 128-256 rows (sweep_tma_gemm.py)
 #   tmaab   greedy tokens / logprobs of the decode paths (check_decode_paths.py), then the
 #           workload with the TMA GEMM on / off (STRIXLM_TMA_GEMM), alternating, after a warm-up
-#   wideab  the MLP's cuBLAS GEMMs at 129-256 rows on TMA kernels: kernels vs torch at the
-#           real shapes, then the workload with STRIXLM_WIDE_TMA=0 / 1 / down, alternating
 #   tmasweep  the TMA GEMM at finer row counts (qkv 136-256, gate_up 72-160) against cuBLAS
 #           and the engine's dispatch
 #   blocksize the workload with 16 / 64-token KV blocks (--block-size), alternating
@@ -477,24 +475,6 @@ if has tailab; then
     done
   done
   grep "strixlm  " "$OUT"/tp_c*.log
-fi
-if has wideab; then  # the MLP's cuBLAS GEMMs at 129-256 rows on TMA kernels (STRIXLM_WIDE_TMA)
-  run wide_check 120 python - <<'PY'
-import torch
-from strixlm.kernels import gate_up_silu as g, tma_linear as t
-torch.manual_seed(0)
-for m in (129, 193, 200, 256):
-    x = torch.randn(m, 3072, device="cuda", dtype=torch.bfloat16)
-    w = torch.randn(1024, 3072, device="cuda", dtype=torch.bfloat16) / 50
-    err = (t.tma_linear(x, w, t.TmaConfig(64, 64, 128, 4, 4)).float() - t.tma_linear_ref(x, w).float()).abs().max().item()
-    x2 = torch.randn(m, 1024, device="cuda", dtype=torch.bfloat16)
-    w2 = torch.randn(6144, 1024, device="cuda", dtype=torch.bfloat16) / 30
-    ref = g.gate_up_silu_ref(x2, w2).float()
-    err2 = (g.tma_gate_up_silu(x2, w2, g.WIDE_DECODE_CONFIG).float() - ref).abs().max().item()
-    print(f"M {m}: down TMA max err {err:.3g}; gate_up+silu TMA max err {err2:.3g} (ref max {ref.abs().max().item():.3g})")
-PY
-  run tp_warm 100 $TP --model qwen3-0.6b
-  ab_tp STRIXLM_WIDE_TMA tp_wide off1:0 on1:1 down1:down off2:0 on2:1 down2:down
 fi
 if has closing; then
   run e2e 240 python benchmarks/gpu/check_e2e.py

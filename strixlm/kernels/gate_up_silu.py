@@ -20,7 +20,7 @@ from strixlm.kernels.dispatch import HAS_TRITON
 from strixlm.kernels.gemv import MAX_ROWS as GEMV_MAX_ROWS
 from strixlm.kernels.pdl import pdl_enabled
 from strixlm.kernels.splitk_linear import SplitKConfig, config_for_rows, half_operands
-from strixlm.kernels.tma_linear import WIDE_GATE_UP, TmaConfig, tma_descriptors, tma_ready
+from strixlm.kernels.tma_linear import TmaConfig, tma_descriptors, tma_ready
 
 if HAS_TRITON:
     import triton
@@ -76,27 +76,15 @@ def plan(
     return config_for_rows(_CONFIGS.get((inter, k), []), m, k)
 
 
-# With STRIXLM_WIDE_TMA=1 or gate_up (experiment): decode rows 193-256 take the TMA kernel too, with
-# the sweep's best config there (sweep_tma_gemm --gate-up-silu, H200: 9.71 / 9.66 us at M
-# 224 / 256 against 10.44 / 9.59 for cuBLAS gate_up + the silu_and_mul launch).
-WIDE_DECODE_ROWS = (193, 256)
-WIDE_DECODE_CONFIG = TmaConfig(128, 64, 64, 8, 4)
-
-
 def plan_tma(x: torch.Tensor, w: torch.Tensor, has_bias: bool) -> TmaConfig | None:
     """The TMA kernel's config for x [M, K] against a [2I, K] gate_up weight on sm90+, for a
-    measured (I, K) whose operands suit TMA: PREFILL_CONFIG from PREFILL_MIN_ROWS rows, and
-    WIDE_DECODE_CONFIG over WIDE_DECODE_ROWS when tma_linear.WIDE_GATE_UP is on; else None."""
+    measured (I, K) whose operands suit TMA: PREFILL_CONFIG from PREFILL_MIN_ROWS rows; else
+    None. (Decode rows 193-256 on this kernel measured even with cuBLAS + silu_and_mul in
+    the workload: session 20, docs/benchmarks.md.)"""
     m, k = x.shape
     inter = w.shape[0] // 2
-    lo, hi = WIDE_DECODE_ROWS
-    if WIDE_GATE_UP and lo <= m <= hi:
-        cfg = WIDE_DECODE_CONFIG
-    elif PREFILL_MIN_ROWS <= 0 or m < PREFILL_MIN_ROWS:
-        return None
-    else:
-        cfg = PREFILL_CONFIG
-    if not ENABLED or not x.is_cuda:
+    cfg = PREFILL_CONFIG
+    if PREFILL_MIN_ROWS <= 0 or m < PREFILL_MIN_ROWS or not ENABLED or not x.is_cuda:
         return None
     if (inter, k) not in PREFILL_SHAPES:
         return None

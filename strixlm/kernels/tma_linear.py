@@ -59,17 +59,6 @@ _TABLE: dict[tuple[int, int], list[tuple[int, int, TmaConfig]]] = {
     (6144, 1024): [(65, 128, TmaConfig(128, 64, 128, 4, 4))],  # Qwen3-0.6B gate_up
 }
 ENABLED = os.environ.get("STRIXLM_TMA_GEMM", "1") != "0"
-# STRIXLM_WIDE_TMA=1 (experiment, read at import) also takes the MLP's cuBLAS GEMMs at
-# 129-256 rows onto TMA kernels: down here, gate_up with SiLU fused (gate_up_silu.plan_tma).
-# Per GEMM our kernel timed 0.3-0.4 us slower than cuBLAS behind a PDL producer (sweep_tma_gemm,
-# down 8.54 -> 8.95 at M 192, 8.58 -> 8.88 at 256), but cuBLAS breaks PDL on both of its edges
-# (its consumer cannot start early either), which that sweep did not count.
-# Values: 1 = both, down / gate_up = that one only.
-_WIDE = os.environ.get("STRIXLM_WIDE_TMA", "0")
-WIDE_GATE_UP = _WIDE in ("1", "gate_up")  # gate_up_silu.plan_tma reads it
-WIDE_DOWN = _WIDE in ("1", "down")
-if WIDE_DOWN:
-    _TABLE[(1024, 3072)] = [(129, 256, TmaConfig(64, 64, 128, 4, 4))]  # Qwen3-0.6B down
 
 
 def plan(

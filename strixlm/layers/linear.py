@@ -67,8 +67,8 @@ class Linear(nn.Linear):
     def forward_gate_up_silu(self, x: torch.Tensor) -> torch.Tensor | None:
         """silu_and_mul(self(x)) in one launch for this layer as the MLP's [gate | up]
         projection, where a fused kernel has a measured config (gate_up_silu.plan at decode
-        rows, plan_tma's TMA kernel at prefill rows and, with STRIXLM_WIDE_TMA=1, at 193-256
-        decode rows); None elsewhere, and the caller takes the two-step path."""
+        rows, plan_tma's TMA kernel at prefill rows); None elsewhere, and the caller takes the
+        two-step path."""
         w = self.weight
         if not (_tile_operands(x, w) and w.shape[0] % 2 == 0):
             return None
