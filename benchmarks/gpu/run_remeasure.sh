@@ -116,6 +116,12 @@
 #           (run in session 18: default kept)
 #   tailsweep  the sweep alone (~1 min), which also times the unified kernel at 1 / 2 / 4 / 8
 #           segments per tail shape: the data for a per-batch segment table
+#   boundaryab the decode step's boundary as one input-prep launch (block writes, the block-table
+#           gather and a read of the host's arrays from pinned memory in the kernel; the token
+#           copy to the host on a side stream): the kernel vs torch at real shapes
+#           (check_input_prep.py; host reads turned off for the rest if they fail), greedy
+#           tokens vs HF, host syncs, then the workload alternating against the snapshot in
+#           $BASE (the code before), and with STRIXLM_PREP_HOST_READ=0 / STRIXLM_SIDE_COPY=0
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
@@ -475,6 +481,24 @@ if has tailab; then
     done
   done
   grep "strixlm  " "$OUT"/tp_c*.log
+fi
+if has boundaryab; then
+  run prep_check 120 python benchmarks/gpu/check_input_prep.py
+  grep -q "ALL EQUAL" "$OUT/prep_check.log" || export STRIXLM_PREP_HOST_READ=0
+  run e2e 240 python benchmarks/gpu/check_e2e.py
+  run syncs 120 python benchmarks/gpu/check_syncs.py --num-requests 256
+  run tp_warm 100 $TP --model qwen3-0.6b
+  (cd "$BASE" && export PYTHONPATH=$BASE && run tp_base_warm 100 $TP --model qwen3-0.6b)
+  for i in 1 2; do
+    (cd "$BASE" && export PYTHONPATH=$BASE && run "tp_base$i" 100 $TP --model qwen3-0.6b \
+      --output-json "$OUT/tp_base$i.json")
+    run "tp_new$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_new$i.json"
+  done
+  STRIXLM_PREP_HOST_READ=0 run tp_nohostread 100 $TP --model qwen3-0.6b \
+    --output-json "$OUT/tp_nohostread.json"
+  STRIXLM_SIDE_COPY=0 run tp_nosidecopy 100 $TP --model qwen3-0.6b \
+    --output-json "$OUT/tp_nosidecopy.json"
+  grep "strixlm  " "$OUT"/tp_*.log
 fi
 if has closing; then
   run e2e 240 python benchmarks/gpu/check_e2e.py

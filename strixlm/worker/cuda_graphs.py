@@ -63,8 +63,11 @@ class DecodeGraphs:
         self.cuda_graphs = cuda_graphs
         max_b = max(sizes)
         device = buffers.device
-        self.block_table = torch.zeros(
-            max_b, table.block_table.shape[-1], dtype=torch.int32, device=device
+        # The input-prep kernel fills the buffers' block table; without one, a gather does.
+        self.block_table = (
+            buffers.block_table
+            if buffers.block_table is not None
+            else torch.zeros(max_b, table.block_table.shape[-1], dtype=torch.int32, device=device)
         )
         self.hybrid = isinstance(model_state, HybridModelState)
         self.mamba_buffers = model_state.graph_buffers(max_b) if self.hybrid else None

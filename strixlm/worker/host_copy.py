@@ -40,11 +40,20 @@ class PinnedStaging:
             ev.synchronize()  # the GPU is a whole ring behind: wait rather than overwrite
         return self._bufs[self._next].numpy()
 
+    def pinned(self) -> torch.Tensor:
+        """The buffer being filled, as a tensor: a kernel may read it in place (zero-copy)
+        before `commit`."""
+        return self._bufs[self._next]
+
     def upload(self, dst: torch.Tensor, length: int) -> None:
         """Copy the first `length` values of the buffer just filled into dst[:length]."""
+        dst[:length].copy_(self._bufs[self._next][:length], non_blocking=True)
+        self.commit()
+
+    def commit(self) -> None:
+        """The buffer's readers are enqueued: move on, and mark when they will have run."""
         i = self._next
         self._next = (i + 1) % len(self._bufs)
-        dst[:length].copy_(self._bufs[i][:length], non_blocking=True)
         if self.device.startswith("cuda"):
             ev = self._events[i] or torch.cuda.Event()
             ev.record()

@@ -1,48 +1,100 @@
 """Per-step model inputs gathered from the RequestStateTable, in scheduled order.
 
-The host sends two small arrays (the rows scheduled and their query start offsets, padded
-for CUDA graphs); kernels/input_prep.py builds token ids, positions, slot mappings and
-sequence lengths on the device into persistent buffers that CUDA graphs replay from.
+The host sends small arrays (the rows scheduled, their query start offsets and order,
+padded for CUDA graphs, and the step's new block-table entries); kernels/input_prep.py
+builds token ids, positions, slot mappings, sequence lengths and the attention's block table
+on the device into persistent buffers that CUDA graphs replay from, and applies the block
+writes, all in one launch.
+
+On CUDA the kernel reads the host's arrays straight from pinned memory and writes their
+device copies itself, so no copy sits between the previous step's graphs and this step's
+(STRIXLM_PREP_HOST_READ=0, read at import: copy them first, for A/B runs).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from strixlm.kernels.input_prep import prepare_inputs
+from strixlm.kernels.input_prep import BlockWrites, HostSource, prepare_inputs
 from strixlm.worker.host_copy import PinnedStaging
 from strixlm.worker.states import RequestStateTable
 
+HOST_READ = os.environ.get("STRIXLM_PREP_HOST_READ", "1") != "0"
+
 
 class InputBuffers:
-    """Persistent device buffers, sized for the largest step."""
+    """Persistent device buffers, sized for the largest step. With max_blocks (the state
+    table's block-table width), also the attention's block table of the scheduled rows."""
 
-    def __init__(self, max_tokens: int, max_reqs: int, device: str) -> None:
+    def __init__(self, max_tokens: int, max_reqs: int, device: str, max_blocks: int = 0) -> None:
         self.input_ids = torch.zeros(max_tokens, dtype=torch.int32, device=device)
         self.positions = torch.zeros(max_tokens, dtype=torch.int64, device=device)
         self.slot_mapping = torch.zeros(max_tokens, dtype=torch.int64, device=device)
         self.seq_lens = torch.zeros(max_reqs, dtype=torch.int32, device=device)
-        # The host's per-step arrays, in one buffer so that one copy sends them all:
-        # rows | query_start_loc | seq_order.
-        self.meta = torch.zeros(3 * max_reqs + 1, dtype=torch.int32, device=device)
-        self.rows = self.meta[:max_reqs]
-        self.query_start_loc = self.meta[max_reqs : 2 * max_reqs + 1]
-        self.seq_order = self.meta[2 * max_reqs + 1 :]
+        self.block_table = (
+            torch.zeros(max_reqs, max_blocks, dtype=torch.int32, device=device)
+            if max_blocks
+            else None
+        )
+        # More new blocks than this in one step (a step of T tokens allocates at most
+        # T + B in a group at block size 1) are written by the table's own copy instead.
+        self.max_writes = max_tokens + max_reqs
+        # The host's per-step arrays, in one buffer so that one copy (or one kernel reading
+        # pinned memory) takes them all: rows | query_start_loc | seq_order | block-write
+        # offsets | block-write (flat index, block id) pairs.
+        m = max_reqs
+        self._layout = (0, m, 2 * m + 1, 3 * m + 1, 4 * m + 2)
+        self.meta = torch.zeros(4 * m + 2 + 2 * self.max_writes, dtype=torch.int32, device=device)
+        self.rows = self.meta[:m]
+        self.query_start_loc = self.meta[m : 2 * m + 1]
+        self.seq_order = self.meta[2 * m + 1 : 3 * m + 1]
         self.max_reqs = max_reqs
         self.staging = PinnedStaging(self.meta.numel(), torch.int32, device)
         self.device = device
+        self.host_read = HOST_READ and device.startswith("cuda")
 
-    def upload(self, rows: list[int], qsl: np.ndarray, order: np.ndarray) -> None:
-        """This step's rows, query start offsets and sequence order, in one copy."""
-        b, m = len(rows), self.max_reqs
+    def stage(
+        self,
+        rows: list[int],
+        qsl: np.ndarray,
+        order: np.ndarray,
+        writes: tuple[np.ndarray, np.ndarray] | None,
+        table: torch.Tensor,
+    ) -> tuple[HostSource | None, BlockWrites | None]:
+        """Put this step's rows, query start offsets, sequence order and block writes in
+        the next pinned buffer, then either copy them to the device (returns no HostSource)
+        or leave them for the input-prep kernel to read in place (call `release` once it is
+        launched). table: the state table's whole block table, which the writes index."""
+        b = len(rows)
+        r0, q0, o0, w0, e0 = self._layout
         host = self.staging.buffer()
-        host[:b] = rows
-        host[m : m + b + 1] = qsl
-        host[2 * m + 1 : 2 * m + 1 + b] = order
-        self.staging.upload(self.meta, 2 * m + 1 + b)
+        host[r0 : r0 + b] = rows
+        host[q0 : q0 + b + 1] = qsl
+        host[o0 : o0 + b] = order
+        nw = 0
+        if writes is not None:
+            offsets, pairs = writes
+            nw = len(pairs)
+            host[w0 : w0 + b + 1] = offsets
+            host[e0 : e0 + 2 * nw] = pairs.reshape(-1)
+        src = self.staging.pinned() if self.host_read else self.meta
+        block_writes = None
+        if nw:
+            block_writes = BlockWrites(src[w0 : w0 + b + 1], src[e0 : e0 + 2 * nw], table, nw)
+        if self.host_read:
+            return HostSource(
+                src[r0:b], src[q0 : q0 + b + 1], src[o0 : o0 + b], self.seq_order[:b]
+            ), block_writes
+        self.staging.upload(self.meta, e0 + 2 * nw if nw else o0 + b)
+        return None, block_writes
+
+    def release(self) -> None:
+        """The kernel reading the staged buffer in place is launched."""
+        self.staging.commit()
 
 
 @dataclass
@@ -66,6 +118,9 @@ class InputBatch:
     seq_order: torch.Tensor
     # Rows whose last scheduled token is the last known token: they sample this step.
     sample_mask: list[bool]
+    # [num_reqs_padded, max_blocks] int32: row b's block table (the columns its sequence
+    # uses are current, the rest stale), when the buffers have one.
+    block_table: torch.Tensor | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -104,7 +159,8 @@ def gather_inputs(
     start = table.num_computed_cpu[rows]
     seq_lens_np = start + np.asarray(num_scheduled, dtype=start.dtype)
     order = np.concatenate([np.argsort(-seq_lens_np, kind="stable"), np.arange(n, b_pad)])
-    bufs.upload(rows_padded, qsl, order)
+    writes = table.take_block_writes(rows, bufs.max_writes, b_pad)
+    host, block_writes = bufs.stage(rows_padded, qsl, order, writes, table.block_table)
     t_pad = int(qsl[-1])
     if num_tokens_padded is not None:
         if num_tokens_padded < t_pad:
@@ -112,6 +168,7 @@ def gather_inputs(
         bufs.slot_mapping[t_pad:num_tokens_padded].fill_(-1)
         t_pad = num_tokens_padded
     rows_dev = bufs.rows[:b_pad]
+    block_table = bufs.block_table[:b_pad] if bufs.block_table is not None else None
     prepare_inputs(
         table.token_ids,
         table.num_computed,
@@ -125,7 +182,12 @@ def gather_inputs(
         bufs.seq_lens[:b_pad],
         max_query_len=max(num_scheduled, default=1),
         num_real=n,  # advances the device view of progress by what this step computes
+        block_table_out=block_table,
+        writes=block_writes,
+        host=host,
     )
+    if host is not None:
+        bufs.release()
     seq_lens = seq_lens_np.tolist()
     table.num_computed_cpu[rows] = seq_lens
     num_tokens = table.num_tokens_cpu[rows].tolist()
@@ -145,4 +207,5 @@ def gather_inputs(
         rows_dev=rows_dev,
         seq_order=bufs.seq_order[:b_pad],
         sample_mask=[s >= t for s, t in zip(seq_lens, num_tokens, strict=True)],
+        block_table=block_table,
     )

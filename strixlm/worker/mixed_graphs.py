@@ -68,11 +68,15 @@ class MixedGraphs:
         self.cuda_graphs = cuda_graphs
         self.upcast_logits = upcast_logits
         self.pool = pool  # shared with the decode graphs
-        self.block_table = torch.zeros(
-            max(self.rows_for(t) for t in self.buckets) if self.buckets else 1,
-            table.block_table.shape[-1],
-            dtype=torch.int32,
-            device=buffers.device,
+        self.block_table = (
+            buffers.block_table
+            if buffers.block_table is not None
+            else torch.zeros(
+                max(self.rows_for(t) for t in self.buckets) if self.buckets else 1,
+                table.block_table.shape[-1],
+                dtype=torch.int32,
+                device=buffers.device,
+            )
         )
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.logits: dict[int, torch.Tensor] = {}

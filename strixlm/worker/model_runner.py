@@ -41,7 +41,7 @@ from strixlm.worker.model_states.hybrid_layout import (
 from strixlm.worker.sample_graphs import SAMPLE_GRAPHS_DISABLED, SampleGraphs
 from strixlm.worker.sampling_table import SamplingTable
 from strixlm.worker.states import RequestStateTable
-from strixlm.worker.step_result import StepHandle
+from strixlm.worker.step_result import StepHandle, wait_host_copies
 
 logger = logging.getLogger(__name__)
 
@@ -243,7 +243,7 @@ class ModelRunner:
             self.device,
         )
         max_tokens = max(sc.max_num_batched_tokens, sc.max_num_seqs)
-        self.buffers = InputBuffers(max_tokens, sc.max_num_seqs, self.device)
+        self.buffers = InputBuffers(max_tokens, sc.max_num_seqs, self.device, max_blocks)
         self.sampling = SamplingTable(sc.max_num_seqs + 1, self.vocab_size, self.device)
         self.thinking = ThinkingBudgetTable(sc.max_num_seqs + 1, self.device)
 
@@ -338,7 +338,7 @@ class ModelRunner:
             self.thinking.add(row, new.request)
             if new.request.sampling_params.prompt_logprobs is not None:
                 self._plp_requests.add(new.request.request_id)
-        table.flush(new_rows)
+        table.flush(new_rows, defer_blocks=True)  # the step's input prep applies them
         self.sampling.flush()
         self.thinking.flush()
         return new_rows
@@ -350,6 +350,7 @@ class ModelRunner:
         if self.zeroer is not None:
             self.zeroer.before_forward(sched)
         if sched.is_empty:
+            self.table.flush_blocks()
             return StepHandle([], [], None)
         rids = list(sched.num_scheduled_tokens)
         counts = [sched.num_scheduled_tokens[r] for r in rids]
@@ -381,7 +382,9 @@ class ModelRunner:
                 host = self._rows_host(sample_rows)
                 greedy = self._graph_sample_kind(host)
             if greedy is not None:
-                # Sampled and appended on the device by one more graph (sample_graphs.py).
+                # Sampled and appended on the device by one more graph (sample_graphs.py),
+                # into the static output the last step's host copy may still be reading.
+                wait_host_copies(out.device)
                 tokens = self.sample_graphs.run(padded, greedy)[: batch.num_reqs]
                 self.table.num_tokens_cpu[sample_rows] += 1
                 return StepHandle(rids, [None] * len(rids), SamplerOutput(tokens, None))

@@ -67,8 +67,12 @@ class RequestStateTable:
         self.rows: dict[str, int] = {}
         self.info: list[RowInfo | None] = [None] * n
         self._free_rows = list(range(max_num_reqs - 1, -1, -1))
-        # Block-table writes batched into one copy per step: (group, row, col, block id).
-        self._pending_blocks: list[tuple[int, int, int, int]] = []
+        if self.block_table.numel() >= 2**31:
+            raise ValueError("block table too large for int32 flat indices")
+        # Block-table writes not yet on the device, by flat index into block_table (a later
+        # write to an entry replaces an earlier one): sent with the next step's inputs
+        # (take_block_writes) or applied by flush.
+        self._pending_blocks: dict[int, int] = {}
         # Draft proposals per row (speculative decoding); they live in token_ids past
         # num_tokens, and num_drafts says how many are valid.
         self.num_drafts = torch.zeros(n, dtype=torch.int32, device=device)
@@ -99,25 +103,64 @@ class RequestStateTable:
         return row
 
     def append_blocks(self, row: int, block_ids: list[list[int]]) -> None:
+        n, m = self.block_table.shape[1:]
+        pending = self._pending_blocks
         for g, ids in enumerate(block_ids):
             start = int(self.num_blocks[g, row])
-            self._pending_blocks.extend((g, row, start + i, b) for i, b in enumerate(ids))
+            base = (g * n + row) * m + start
+            for i, b in enumerate(ids):
+                pending[base + i] = b
             self.num_blocks[g, row] = start + len(ids)
 
-    def flush(self, new_rows: list[int]) -> None:
-        """Send this step's deltas: counts of new rows and new block-table entries."""
+    def take_block_writes(
+        self, rows: list[int], max_writes: int, num_padded: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """The pending block-table writes for input preparation to apply, grouped by batch
+        row: (offsets [B + 1], (flat index, block id) pairs [W, 2]), both int32, where B is
+        num_padded (default len(rows); padded rows get none); row b's pairs are
+        offsets[b]:offsets[b + 1]. None when nothing is pending, or when some write's row is
+        not in `rows` (the real rows, distinct) or there are more than max_writes: then they
+        are applied here (flush_blocks)."""
+        if not self._pending_blocks:
+            return None
+        pairs = np.fromiter(
+            (v for kv in self._pending_blocks.items() for v in kv),
+            dtype=np.int64,
+            count=2 * len(self._pending_blocks),
+        ).reshape(-1, 2)
+        n, m = self.block_table.shape[1:]
+        batch_index = np.full(n, -1, dtype=np.int64)
+        batch_index[rows] = np.arange(len(rows))
+        b = batch_index[(pairs[:, 0] // m) % n]
+        if len(pairs) > max_writes or (b < 0).any():
+            self.flush_blocks()
+            return None
+        self._pending_blocks.clear()
+        order = np.argsort(b, kind="stable")
+        num_b = len(rows) if num_padded is None else num_padded
+        offsets = np.searchsorted(b[order], np.arange(num_b + 1))
+        return offsets.astype(np.int32), pairs[order].astype(np.int32)
+
+    def flush_blocks(self) -> None:
+        """Apply the pending block-table writes now (a copy and an indexed store)."""
+        if not self._pending_blocks:
+            return
+        flat = to_device(np.fromiter(self._pending_blocks, dtype=np.int64), self.device)
+        ids = to_device(np.fromiter(self._pending_blocks.values(), np.int32), self.device)
+        self.block_table.view(-1)[flat] = ids
+        self._pending_blocks.clear()
+
+    def flush(self, new_rows: list[int], defer_blocks: bool = False) -> None:
+        """Send this step's deltas: counts of new rows and (unless defer_blocks: the step's
+        input preparation applies them, see take_block_writes) new block-table entries."""
         if new_rows:
             idx = to_device(new_rows, self.device, torch.int64)
             vals = np.stack([self.num_computed_cpu[new_rows], self.num_tokens_cpu[new_rows]])
             v = to_device(vals, self.device, torch.int32)
             self.num_computed.index_copy_(0, idx, v[0])
             self.num_tokens.index_copy_(0, idx, v[1])
-        if self._pending_blocks:
-            p = to_device(
-                np.array(self._pending_blocks, dtype=np.int64).T, self.device, torch.int64
-            )
-            self.block_table.index_put_((p[0], p[1], p[2]), p[3].to(torch.int32))
-            self._pending_blocks.clear()
+        if not defer_blocks:
+            self.flush_blocks()
 
     def remove(self, request_id: str) -> None:
         row = self.rows.pop(request_id, None)

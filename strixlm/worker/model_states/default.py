@@ -30,11 +30,15 @@ class DefaultModelState(ModelState):
         max_seq = max_seq_len or max(batch.seq_lens)
         nblk = -(-max_seq // self.block_size)
         rows = batch.rows_dev  # int32: index_select takes it as is (no cast kernel)
+        gathered = batch.block_table  # filled by the input-prep kernel, when present
         if block_table_out is None:
-            block_table = table.block_table[0].index_select(0, rows)[:, :nblk]
+            if gathered is None:
+                gathered = table.block_table[0].index_select(0, rows)
+            block_table = gathered[:, :nblk]
         else:
             block_table = block_table_out[: rows.numel()]
-            torch.index_select(table.block_table[0], 0, rows, out=block_table)
+            if gathered is None or gathered.data_ptr() != block_table.data_ptr():
+                torch.index_select(table.block_table[0], 0, rows, out=block_table)
         decode = [i for i, n in enumerate(batch.query_lens) if n == 1] if self.decode_rows else []
         return AttentionMetadata(
             num_tokens=batch.num_tokens_padded,
