@@ -6,6 +6,7 @@ import os
 
 os.environ["TRITON_INTERPRET"] = "1"
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from aot_compile import assert_compiles  # noqa: E402
@@ -62,28 +63,31 @@ def test_kernel_matches_reference(max_query_len):
     assert seq.tolist() == [34, 17, 51, 50]
 
 
-def _writes_for(table: torch.Tensor, rows: list[int], per_row: dict[int, list[tuple]]):
-    """BlockWrites grouped by batch row: per_row maps a batch index to (group, col, id)."""
+def _staged(table, rows, counts, order, per_row, order_out):
+    """StagedMeta for a step: per_row maps a batch index to its writes (group, col, id)."""
     groups, n, m = table.shape
     offsets, pairs = [0], []
     for b in range(len(rows)):
         for g, col, blk in per_row.get(b, []):
-            pairs += [(g * n + rows[b]) * m + col, blk]
-        offsets.append(len(pairs) // 2)
-    return input_prep.BlockWrites(
-        torch.tensor(offsets, dtype=torch.int32),
-        torch.tensor(pairs, dtype=torch.int32),
-        table,
-        len(pairs) // 2,
+            pairs.append(((g * n + rows[b]) * m + col, blk))
+        offsets.append(len(pairs))
+    qsl = np.concatenate([[0], np.cumsum(counts)])
+    writes = (np.array(offsets), np.array(pairs).reshape(-1, 2)) if pairs else None
+    buf = np.zeros(4 * (len(rows) + 1) + 2 * len(pairs), dtype=np.int32)
+    nw = input_prep.pack_step_meta(buf, rows, qsl, np.array(order), writes, 4 * (len(rows) + 1))
+    t = torch.from_numpy(buf)
+    return input_prep.StagedMeta(
+        t[: 4 * (len(rows) + 1)], t[4 * (len(rows) + 1) :], nw, table, order_out
     )
 
 
 @pytest.mark.parametrize("max_query_len", [1, 300])
-def test_block_writes_gather_and_host_source(max_query_len):
-    """The kernel's extra work against the reference: the step's block writes (two groups)
-    land before the slots are computed from them, block_table_out holds each row's used
-    columns, and with a HostSource the rows / offsets / order are read from the source and
-    copied to the device buffers."""
+@pytest.mark.parametrize("with_writes", [True, False])
+def test_staged_meta_block_writes_and_gather(max_query_len, with_writes):
+    """The kernel's extra work against the reference: rows / offsets / order read from the
+    packed structs and written to the device arrays, the step's block writes (two groups)
+    landing before the slots are computed from them, and block_table_out holding each
+    row's used columns."""
     bs, max_len = 4, 400
     g = torch.Generator().manual_seed(1)
     token_ids = torch.randint(0, 1000, (7, max_len), generator=g, dtype=torch.int32)
@@ -91,8 +95,8 @@ def test_block_writes_gather_and_host_source(max_query_len):
     start = torch.tensor([0, 10, 33, 7, 0, 50, 0], dtype=torch.int32)
     rows = [2, 0, 5, 1, 6]  # the last: padding on the dummy row 6
     counts = [1, 30, 1, 1, 1] if max_query_len == 1 else [1, 300, 1, 1, 1]
-    # Row 0 (batch 1) gets its whole prefill's blocks, rows 2 / 5 / 1 one new block each, in group 0
-    # and (a Mamba-like slot) group 1; the padded row none.
+    # Row 0 (batch 1) gets its whole prefill's blocks, rows 2 / 5 / 1 one new block each, in
+    # group 0 and (a Mamba-like slot) group 1; the padded row none.
     need0 = -(-counts[1] // bs)
     per_row = {  # by batch index
         0: [(0, 33 // bs, 501), (1, 0, 88)],
@@ -100,21 +104,20 @@ def test_block_writes_gather_and_host_source(max_query_len):
         2: [(0, 50 // bs, 502)],
         3: [(0, 7 // bs, 503)],
     }
+    if not with_writes:
+        per_row = {}
     results = []
     for fn in (input_prep.prepare_inputs_ref, input_prep.prepare_inputs):
         table = torch.randperm(2 * 7 * m, generator=torch.Generator().manual_seed(2))
         table = table.view(2, 7, m).to(torch.int32)
         table[:, 6] = 0  # the dummy row
+        if not with_writes:  # row 0's prefill needs its blocks in the table already
+            table[0, 0, :need0] = 1000 + torch.arange(need0, dtype=torch.int32)
         bt_out = torch.full((len(rows), m), -5, dtype=torch.int32)
         rows_dev = torch.full((len(rows),), -9, dtype=torch.int32)
         qsl_dev = torch.full((len(rows) + 1,), -9, dtype=torch.int32)
         order_out = torch.full((len(rows),), -9, dtype=torch.int32)
-        host = input_prep.HostSource(
-            torch.tensor(rows, dtype=torch.int32),
-            torch.tensor([0] + list(torch.tensor(counts).cumsum(0)), dtype=torch.int32),
-            torch.tensor([1, 0, 2, 3, 4], dtype=torch.int32),
-            order_out,
-        )
+        staged = _staged(table, rows, counts, [1, 0, 2, 3, 4], per_row, order_out)
         total = sum(counts)
         outs = (
             torch.zeros(total, dtype=torch.int32),
@@ -122,7 +125,7 @@ def test_block_writes_gather_and_host_source(max_query_len):
             torch.zeros(total, dtype=torch.int64),
             torch.zeros(len(rows), dtype=torch.int32),
         )
-        kw = dict(block_table_out=bt_out, writes=_writes_for(table, rows, per_row), host=host)
+        kw = dict(block_table_out=bt_out, staged=staged)
         args = (token_ids, start.clone(), table[0], rows_dev, qsl_dev, bs, *outs)
         if fn is input_prep.prepare_inputs_ref:
             fn(*args, num_real=4, **kw)
@@ -131,13 +134,15 @@ def test_block_writes_gather_and_host_source(max_query_len):
         results.append((table, bt_out, rows_dev, qsl_dev, order_out, outs))
     (t_ref, bt_ref, r_ref, q_ref, o_ref, out_ref), (t, bt, r, q, o, out) = results
     assert torch.equal(t_ref, t)  # every write landed, in both groups
-    assert int(t[1, 0, 0]) == 77 and int(t[1, 2, 0]) == 88 and int(t[0, 2, 33 // bs]) == 501
+    if with_writes:
+        assert int(t[1, 0, 0]) == 77 and int(t[1, 2, 0]) == 88 and int(t[0, 2, 33 // bs]) == 501
     for a, b in zip(out_ref, out, strict=True):
         assert torch.equal(a, b)
     # The slots of row 0's prefill come from the blocks written in the same launch.
     assert out[2][1 : 1 + bs].tolist() == [1000 * bs + i for i in range(bs)]
     assert r.tolist() == rows and torch.equal(r, r_ref)
-    assert torch.equal(q, q_ref) and torch.equal(o, o_ref) and o.tolist() == [1, 0, 2, 3, 4]
+    assert q.tolist() == [0] + np.cumsum(counts).tolist() and torch.equal(q, q_ref)
+    assert torch.equal(o, o_ref) and o.tolist() == [1, 0, 2, 3, 4]
     seq = out[3].tolist()
     for b, row in enumerate(rows):
         used = -(-seq[b] // bs)
@@ -155,7 +160,7 @@ def test_no_per_step_constexpr():
     sig = inspect.signature(fn)
     constexprs = [n for n, p in sig.parameters.items() if "constexpr" in str(p.annotation)]
     # Model constants and the call site's options (host source, gathered block table).
-    assert constexprs == ["BLOCK_SIZE", "TILE", "COPY_META", "GATHER_BT"]
+    assert constexprs == ["BLOCK_SIZE", "TILE", "STAGED", "GATHER_BT"]
 
 
 @pytest.mark.parametrize("max_query_len", [1, 300])
@@ -196,12 +201,11 @@ from strixlm.kernels import input_prep
 
 sig = dict(token_ids_ptr="*i32", tok_stride="i32", num_computed_ptr="*i32",
            block_table_ptr="*i32", bt_stride="i32", rows_ptr="*i32", qsl_ptr="*i32",
-           rows_out_ptr="*i32", qsl_out_ptr="*i32", order_ptr="*i32", order_out_ptr="*i32",
-           woff_ptr="*i32", wentries_ptr="*i32", table_ptr="*i32",
+           packed_ptr="*i32", entries_ptr="*i32", order_out_ptr="*i32",
            bt_out_ptr="*i32", bt_out_stride="i32",
            input_ids_ptr="*i32", positions_ptr="*i64", slot_ptr="*i64", seq_lens_ptr="*i32",
            num_real="i32", num_writes="i32")
-consts = dict(BLOCK_SIZE=16, TILE=128, COPY_META=True, GATHER_BT=True)
+consts = dict(BLOCK_SIZE=16, TILE=128, STAGED=True, GATHER_BT=True)
 names = list(sig) + list(consts)
 attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in sig if n.endswith("_ptr")}
 src = ASTSource(input_prep._prepare_inputs_kernel, {**sig, **{k: "constexpr" for k in consts}},

@@ -3,8 +3,8 @@
 Cases: a 256-row decode step padded on the dummy row with a block write for every 16th row,
 and an admission step (8 prompts of up to 2,000 tokens, so up to 16 programs per row, plus
 64 decodes) whose prompts' blocks are all written in the same launch. Each runs with the
-host's arrays copied to the device first and read from pinned host memory in place
-(HostSource), and must match the reference exactly: inputs, positions, slots, sequence
+host's packed arrays (StagedMeta) copied to the device first and read from pinned host
+memory in place, and must match the reference exactly: inputs, positions, slots, sequence
 lengths, the advanced counts, the block table after the writes, the gathered block-table
 columns each row uses, and the device copies of rows / offsets / order.
 
@@ -15,9 +15,15 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
 import torch
 
-from strixlm.kernels.input_prep import BlockWrites, HostSource, prepare_inputs, prepare_inputs_ref
+from strixlm.kernels.input_prep import (
+    StagedMeta,
+    pack_step_meta,
+    prepare_inputs,
+    prepare_inputs_ref,
+)
 
 BS, ROWS, MAX_LEN = 16, 257, 40960  # 256 requests + the dummy row, Qwen3's max length
 MAX_BLOCKS = MAX_LEN // BS
@@ -40,13 +46,17 @@ def case(name: str, starts: list[int], counts: list[int], writes_per_row, host_r
     offsets, pairs = [0], []
     for b, (r, s, c) in enumerate(zip(rows, starts, counts, strict=True)):
         for col in writes_per_row(b, s, c):
-            pairs += [r * MAX_BLOCKS + col, 70000 + len(pairs)]
-        offsets.append(len(pairs) // 2)
+            pairs.append((r * MAX_BLOCKS + col, 70000 + len(pairs)))
+        offsets.append(len(pairs))
     offsets += [offsets[-1]] * pad
     qsl = [0]
     for c in counts_p:
         qsl.append(qsl[-1] + c)
     order = list(range(len(rows_p)))[::-1]
+    e0 = 4 * (len(rows_p) + 1)
+    buf = np.zeros(e0 + 2 * len(pairs), dtype=np.int32)
+    writes = (np.array(offsets), np.array(pairs)) if pairs else None
+    nw = pack_step_meta(buf, rows_p, np.array(qsl), np.array(order), writes, e0)
     results = []
     for use_kernel in (False, True):
         t = table.to(dev).clone()
@@ -56,17 +66,9 @@ def case(name: str, starts: list[int], counts: list[int], writes_per_row, host_r
         qsl_d = torch.full((b + 1,), -1, dtype=torch.int32, device=dev)
         order_d = torch.full((b,), -1, dtype=torch.int32, device=dev)
         pin = host_read and use_kernel
-
-        def src(v, pinned=pin):
-            x = torch.tensor(v, dtype=torch.int32)
-            return x.pin_memory() if pinned else x.to(dev)
-
-        host = HostSource(src(rows_p), src(qsl), src(order), order_d) if pin else None
-        if host is None:
-            rows_d.copy_(src(rows_p, False))
-            qsl_d.copy_(src(qsl, False))
-            order_d.copy_(src(order, False))
-        w = BlockWrites(src(offsets), src(pairs), t, len(pairs) // 2) if pairs else None
+        src = torch.from_numpy(buf.copy())
+        src = src.pin_memory() if pin else src.to(dev)
+        staged = StagedMeta(src[:e0], src[e0:], nw, t, order_d)
         total = qsl[-1]
         outs = (
             torch.zeros(total, dtype=torch.int32, device=dev),
@@ -76,7 +78,7 @@ def case(name: str, starts: list[int], counts: list[int], writes_per_row, host_r
         )
         bt_out = torch.full((b, MAX_BLOCKS), -7, dtype=torch.int32, device=dev)
         args = (token_ids.to(dev), nc, t[0], rows_d, qsl_d, BS, *outs)
-        kw = dict(num_real=n, block_table_out=bt_out, writes=w, host=host)
+        kw = dict(num_real=n, block_table_out=bt_out, staged=staged)
         if use_kernel:
             prepare_inputs(*args, max_query_len=max(counts_p), use_kernel=True, **kw)
         else:
@@ -94,7 +96,7 @@ def case(name: str, starts: list[int], counts: list[int], writes_per_row, host_r
     )
     print(
         f"{name:>9} host_read={int(host_read)}: rows {n}, tokens {qsl[-1]}, writes "
-        f"{len(pairs) // 2}: outputs {'equal' if not bad else f'DIFFER {bad}'}, counts / table / "
+        f"{len(pairs)}: outputs {'equal' if not bad else f'DIFFER {bad}'}, counts / table / "
         f"meta {'equal' if ok else 'DIFFER'}, gathered columns {'equal' if cols_ok else 'DIFFER'}"
     )
     return ok and cols_ok

@@ -122,6 +122,7 @@
 #           (check_input_prep.py; host reads turned off for the rest if they fail), greedy
 #           tokens vs HF, host syncs, then the workload alternating against the snapshot in
 #           $BASE (the code before), and with STRIXLM_PREP_HOST_READ=0 / STRIXLM_SIDE_COPY=0
+#   b1serve batch-1 / batch-32 step time and the online benchmark (closing's last two)
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
@@ -499,6 +500,11 @@ if has boundaryab; then
   STRIXLM_SIDE_COPY=0 run tp_nosidecopy 100 $TP --model qwen3-0.6b \
     --output-json "$OUT/tp_nosidecopy.json"
   grep "strixlm  " "$OUT"/tp_*.log
+fi
+if has b1serve; then
+  run b1 100 python benchmarks/gpu/profile_step.py --batch 1 32 --steps 50
+  grep "#####" "$OUT/b1.log"
+  bash benchmarks/gpu/run_issue3.sh serve 2>&1 | grep -v -i warn | tail -24
 fi
 if has closing; then
   run e2e 240 python benchmarks/gpu/check_e2e.py

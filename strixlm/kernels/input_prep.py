@@ -13,14 +13,17 @@ are one-token rows on the state table's dummy row (see worker/cuda_graphs.py), n
 The same launch does the rest of the step's input work, so that a decode step's boundary
 is this one kernel between two graphs instead of a chain of copies and small kernels (each
 link of which the GPU waits on for a few microseconds):
-- block-table writes (`BlockWrites`): the step's new block ids, grouped by batch row. Each
-  program applies its own row's writes, then reads the row; programs never read a row
-  another program writes. Every write's row must be scheduled in the step.
+- the host's arrays come packed (`StagedMeta`: one 16-byte struct per batch row, then the
+  block writes), so that a program reads what it needs in one load, and the kernel writes
+  the separate device arrays (rows, query_start_loc, order) later kernels read. The packed
+  arrays may sit in pinned host memory, read in place (no copy launched before the kernel:
+  one PCIe read per program), or in a device copy.
+- block-table writes: the step's new block ids, grouped by batch row. Each program applies
+  its own row's writes, then reads the row; programs never read a row another program
+  writes. Every write's row must be scheduled in the step.
 - the attention's block table (`block_table_out[b] = block_table[rows[b]]`): the kernel
   copies the columns row b's sequence uses; the columns past them keep what an earlier step
   left there (block ids all the same: attention never reads past a row's length).
-- with `HostSource`, the host's arrays are read straight from pinned host memory (no copy
-  launched before the kernel) and the kernel writes their device copies for later kernels.
 
 The CPU only sends rows, query_start_loc, the order and the new block ids; everything else is
 already on the GPU.
@@ -31,6 +34,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 try:
@@ -48,26 +52,49 @@ except ImportError:  # CPU-only installs run the torch reference
 ADVANCE_IN_KERNEL = os.environ.get("STRIXLM_PREP_ADVANCE_IN_KERNEL", "1") != "0"
 
 
-@dataclass
-class BlockWrites:
-    """A step's new block-table entries, grouped by the batch row they belong to."""
+# Fields of a batch row's struct in StagedMeta.packed.
+ROW, QSL, WRITES, ORDER = range(4)
 
-    offsets: torch.Tensor  # [B + 1] int32: row b's entries are [offsets[b], offsets[b + 1])
-    entries: torch.Tensor  # [2 * W] int32: (flat index into `table`, block id) pairs
+
+@dataclass
+class StagedMeta:
+    """A step's host arrays, packed: struct b (4 int32) is (state-table row, query start,
+    first block write, order) for b < B, and struct B is (0, total tokens, number of writes,
+    0); then the block writes as (flat index into `table`, block id) pairs, row b's being
+    pairs [struct b's first write, struct b + 1's). The kernel writes the device copies:
+    `rows` and `query_start_loc` (its arguments) and `order_out`."""
+
+    packed: torch.Tensor  # [4 * (B + 1)] int32: pinned host memory or a device tensor
+    entries: torch.Tensor  # [2 * num_writes] int32, same memory as packed
+    num_writes: int
     table: torch.Tensor  # the whole block table (every KV-cache group), contiguous
-    count: int  # W
-
-
-@dataclass
-class HostSource:
-    """The step's rows, query start offsets and order in pinned host memory; the kernel reads
-    them there and writes the device copies (the `rows` / `query_start_loc` arguments and
-    `order_out`) that later kernels read."""
-
-    rows: torch.Tensor  # [B] int32, pinned
-    query_start_loc: torch.Tensor  # [B + 1] int32, pinned
-    order: torch.Tensor  # [B] int32, pinned
     order_out: torch.Tensor  # [B] int32, device
+
+
+def pack_step_meta(
+    out: np.ndarray,
+    rows: list[int] | np.ndarray,
+    qsl: np.ndarray,
+    order: np.ndarray,
+    writes: tuple[np.ndarray, np.ndarray] | None,
+    entries_at: int,
+) -> int:
+    """Write StagedMeta's layout into out (int32): structs from 0, pairs from entries_at.
+    writes: (offsets [B + 1], pairs [W, 2]) as RequestStateTable.take_block_writes gives
+    them. Returns the number of writes."""
+    b = len(rows)
+    packed = out[: 4 * (b + 1)].reshape(b + 1, 4)
+    packed[:b, ROW] = rows
+    packed[:, QSL] = qsl
+    packed[:b, ORDER] = order
+    packed[b, ROW] = packed[b, ORDER] = 0
+    if writes is None:
+        packed[:, WRITES] = 0
+        return 0
+    offsets, pairs = writes
+    packed[:, WRITES] = offsets
+    out[entries_at : entries_at + pairs.size] = pairs.reshape(-1)
+    return len(pairs)
 
 
 def prepare_inputs_ref(
@@ -83,16 +110,17 @@ def prepare_inputs_ref(
     seq_lens: torch.Tensor,  # [B] out
     num_real: int | None = None,
     block_table_out: torch.Tensor | None = None,  # [B, M] out
-    writes: BlockWrites | None = None,
-    host: HostSource | None = None,
+    staged: StagedMeta | None = None,  # then rows, query_start_loc are outputs too
 ) -> None:
-    if host is not None:
-        rows.copy_(host.rows)
-        query_start_loc.copy_(host.query_start_loc)
-        host.order_out.copy_(host.order)
-    if writes is not None and writes.count:
-        pairs = writes.entries[: 2 * writes.count].view(-1, 2).long()
-        writes.table.view(-1)[pairs[:, 0]] = pairs[:, 1].to(writes.table.dtype)
+    if staged is not None:
+        packed = staged.packed.view(-1, 4).to(rows.device)
+        b = rows.numel()
+        rows.copy_(packed[:b, ROW])
+        query_start_loc.copy_(packed[:, QSL])
+        staged.order_out.copy_(packed[:b, ORDER])
+        if staged.num_writes:
+            pairs = staged.entries.view(-1, 2).long().to(rows.device)
+            staged.table.view(-1)[pairs[:, 0]] = pairs[:, 1].to(staged.table.dtype)
     if block_table_out is not None:
         block_table_out.copy_(block_table.index_select(0, rows.long()))
     rows = rows.long()
@@ -121,6 +149,12 @@ def advance_rows(
 
 
 if HAS_TRITON:
+
+    @triton.jit
+    def _field(v, k: tl.constexpr):
+        """Element k of a small loaded vector, as a scalar."""
+        return tl.sum(tl.where(tl.arange(0, 8) == k, v, 0))
+
     # num_real and num_writes follow the step: specializing on their values (== 1, divisible
     # by 16) would compile new variants mid-run.
     @triton.jit(do_not_specialize=["num_real", "num_writes"])
@@ -129,42 +163,46 @@ if HAS_TRITON:
         num_computed_ptr,
         block_table_ptr, bt_stride,
         rows_ptr, qsl_ptr,
-        rows_out_ptr, qsl_out_ptr, order_ptr, order_out_ptr,
-        woff_ptr, wentries_ptr, table_ptr,
+        packed_ptr, entries_ptr, order_out_ptr,
         bt_out_ptr, bt_out_stride,
         input_ids_ptr, positions_ptr, slot_ptr, seq_lens_ptr,
         num_real, num_writes,
         BLOCK_SIZE: tl.constexpr,
         TILE: tl.constexpr,
-        COPY_META: tl.constexpr,
+        STAGED: tl.constexpr,
         GATHER_BT: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
         first = tl.program_id(1) == 0
-        row_in = tl.load(rows_ptr + b)
-        row = row_in.to(tl.int64)
-        q0 = tl.load(qsl_ptr + b)
-        q1 = tl.load(qsl_ptr + b + 1)
-        if COPY_META:
+        if STAGED:
+            # Structs b and b + 1 in one load (one PCIe read when they sit in host memory).
+            v = tl.load(packed_ptr + 4 * b + tl.arange(0, 8))
+            row_in = _field(v, 0)
+            q0 = _field(v, 1)
+            q1 = _field(v, 5)
             if first:
-                tl.store(rows_out_ptr + b, row_in)
-                tl.store(qsl_out_ptr + b, q0)
-                tl.store(order_out_ptr + b, tl.load(order_ptr + b))
+                tl.store(rows_ptr + b, row_in)
+                tl.store(qsl_ptr + b, q0)
+                tl.store(order_out_ptr + b, _field(v, 3))
                 if b == tl.num_programs(0) - 1:
-                    tl.store(qsl_out_ptr + b + 1, q1)
-        if num_writes > 0:
-            # This row's new block ids, before anything reads the row. Every program of the
-            # row applies them (the same values), so each reads only its own stores, which
-            # the barrier makes visible to all of its threads.
-            w0 = tl.load(woff_ptr + b)
-            w1 = tl.load(woff_ptr + b + 1)
-            for i in range(w0, w1, 16):
-                w = i + tl.arange(0, 16)
-                m = w < w1
-                flat = tl.load(wentries_ptr + 2 * w, mask=m, other=0)
-                blk_id = tl.load(wentries_ptr + 2 * w + 1, mask=m, other=0)
-                tl.store(table_ptr + flat, blk_id, mask=m)
-            tl.debug_barrier()
+                    tl.store(qsl_ptr + b + 1, q1)
+            if num_writes > 0:
+                # This row's new block ids, before anything reads the row. Every program of
+                # the row applies them (the same values), so each reads only its own
+                # stores, which the barrier makes visible to all of its threads.
+                w1 = _field(v, 6)
+                for i in range(_field(v, 2), w1, 16):
+                    w = i + tl.arange(0, 16)
+                    m = w < w1
+                    flat = tl.load(entries_ptr + 2 * w, mask=m, other=0)
+                    blk_id = tl.load(entries_ptr + 2 * w + 1, mask=m, other=0)
+                    tl.store(block_table_ptr + flat, blk_id, mask=m)
+                tl.debug_barrier()
+        else:
+            row_in = tl.load(rows_ptr + b)
+            q0 = tl.load(qsl_ptr + b)
+            q1 = tl.load(qsl_ptr + b + 1)
+        row = row_in.to(tl.int64)
         start = tl.load(num_computed_ptr + row)
         if first:
             tl.store(seq_lens_ptr + b, start + q1 - q0)
@@ -212,15 +250,14 @@ def prepare_inputs(
     num_real: int | None = None,
     use_kernel: bool | None = None,
     block_table_out: torch.Tensor | None = None,
-    writes: BlockWrites | None = None,
-    host: HostSource | None = None,
+    staged: StagedMeta | None = None,
 ) -> None:
     """Fill the output buffers; Triton on CUDA, the torch reference elsewhere (use_kernel
     forces the kernel, e.g. under the interpreter). With num_real, also advance the first
     num_real rows' num_computed by their query lengths: inside the kernel when each row has
     one program (decode steps: no extra launch), else after it. block_table is group 0 of
-    the state table (writes.table's first rows); block_table_out, writes and host: see the
-    module docstring.
+    the state table (staged.table's first rows). With staged, rows and query_start_loc are
+    written from it rather than read; block_table_out and staged: see the module docstring.
 
     input_ids int32, positions int64, slot_mapping int64, seq_lens int32.
     """
@@ -230,37 +267,36 @@ def prepare_inputs(
         prepare_inputs_ref(
             token_ids, num_computed, block_table, rows, query_start_loc, block_size,
             input_ids, positions, slot_mapping, seq_lens, num_real,
-            block_table_out, writes, host,
+            block_table_out, staged,
         )  # fmt: skip
         return
-    if writes is not None and writes.count and writes.table.data_ptr() != block_table.data_ptr():
-        raise ValueError("writes.table must start with the block_table passed")
+    if staged is not None and staged.table.data_ptr() != block_table.data_ptr():
+        raise ValueError("staged.table must start with the block_table passed")
     num_rows = rows.numel()
     tile = 128
     # Long prefill rows get several programs along axis 1; decode rows need one.
     splits = max(1, min(16, -(-max_query_len // tile)))
     grid = (num_rows, splits)
     advance = num_real is not None and splits == 1 and ADVANCE_IN_KERNEL
-    num_writes = writes.count if writes is not None else 0
-    src_rows, src_qsl = (
-        (host.rows, host.query_start_loc) if host is not None else (rows, query_start_loc)
+    num_writes = staged.num_writes if staged is not None else 0
+    packed, entries, order_out = (
+        (staged.packed, staged.entries if num_writes else staged.packed, staged.order_out)
+        if staged is not None
+        else (rows, rows, rows)
     )
-    order, order_out = (host.order, host.order_out) if host is not None else (rows, rows)
-    woff, wentries = (writes.offsets, writes.entries) if num_writes else (rows, rows)
     bt_out = block_table_out if block_table_out is not None else block_table
     _prepare_inputs_kernel[grid](
         token_ids, token_ids.stride(0),
         num_computed,
         block_table, block_table.stride(0),
-        src_rows, src_qsl,
-        rows, query_start_loc, order, order_out,
-        woff, wentries, block_table,
+        rows, query_start_loc,
+        packed, entries, order_out,
         bt_out, bt_out.stride(0),
         input_ids, positions, slot_mapping, seq_lens,
         num_real if advance else 0, num_writes,
         BLOCK_SIZE=block_size,
         TILE=tile,
-        COPY_META=host is not None,
+        STAGED=staged is not None,
         GATHER_BT=block_table_out is not None,
     )  # fmt: skip
     if num_real is not None and not advance:

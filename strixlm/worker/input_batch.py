@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from strixlm.kernels.input_prep import BlockWrites, HostSource, prepare_inputs
+from strixlm.kernels.input_prep import StagedMeta, pack_step_meta, prepare_inputs
 from strixlm.worker.host_copy import PinnedStaging
 from strixlm.worker.states import RequestStateTable
 
@@ -43,17 +43,18 @@ class InputBuffers:
         # More new blocks than this in one step (a step of T tokens allocates at most
         # T + B in a group at block size 1) are written by the table's own copy instead.
         self.max_writes = max_tokens + max_reqs
-        # The host's per-step arrays, in one buffer so that one copy (or one kernel reading
-        # pinned memory) takes them all: rows | query_start_loc | seq_order | block-write
-        # offsets | block-write (flat index, block id) pairs.
         m = max_reqs
-        self._layout = (0, m, 2 * m + 1, 3 * m + 1, 4 * m + 2)
-        self.meta = torch.zeros(4 * m + 2 + 2 * self.max_writes, dtype=torch.int32, device=device)
-        self.rows = self.meta[:m]
-        self.query_start_loc = self.meta[m : 2 * m + 1]
-        self.seq_order = self.meta[2 * m + 1 : 3 * m + 1]
+        self.rows = torch.zeros(m, dtype=torch.int32, device=device)
+        self.query_start_loc = torch.zeros(m + 1, dtype=torch.int32, device=device)
+        self.seq_order = torch.zeros(m, dtype=torch.int32, device=device)
+        # The host's per-step arrays, packed (input_prep.StagedMeta) in one buffer that one
+        # copy sends, or that the input-prep kernel reads in place: the batch rows' structs,
+        # then the block writes from _entries_at.
+        self._entries_at = 4 * (m + 1)
+        size = self._entries_at + 2 * self.max_writes
+        self.staged = torch.zeros(size, dtype=torch.int32, device=device)
         self.max_reqs = max_reqs
-        self.staging = PinnedStaging(self.meta.numel(), torch.int32, device)
+        self.staging = PinnedStaging(size, torch.int32, device)
         self.device = device
         self.host_read = HOST_READ and device.startswith("cuda")
 
@@ -64,37 +65,25 @@ class InputBuffers:
         order: np.ndarray,
         writes: tuple[np.ndarray, np.ndarray] | None,
         table: torch.Tensor,
-    ) -> tuple[HostSource | None, BlockWrites | None]:
-        """Put this step's rows, query start offsets, sequence order and block writes in
-        the next pinned buffer, then either copy them to the device (returns no HostSource)
-        or leave them for the input-prep kernel to read in place (call `release` once it is
-        launched). table: the state table's whole block table, which the writes index."""
-        b = len(rows)
-        r0, q0, o0, w0, e0 = self._layout
+    ) -> StagedMeta:
+        """Pack this step's rows, query start offsets, sequence order and block writes into
+        the next pinned buffer, then copy it to the device, or (host_read) leave it for the
+        input-prep kernel to read in place: call `release` once that kernel is launched.
+        table: the state table's whole block table, which the writes index."""
+        b, e0 = len(rows), self._entries_at
         host = self.staging.buffer()
-        host[r0 : r0 + b] = rows
-        host[q0 : q0 + b + 1] = qsl
-        host[o0 : o0 + b] = order
-        nw = 0
-        if writes is not None:
-            offsets, pairs = writes
-            nw = len(pairs)
-            host[w0 : w0 + b + 1] = offsets
-            host[e0 : e0 + 2 * nw] = pairs.reshape(-1)
-        src = self.staging.pinned() if self.host_read else self.meta
-        block_writes = None
-        if nw:
-            block_writes = BlockWrites(src[w0 : w0 + b + 1], src[e0 : e0 + 2 * nw], table, nw)
+        nw = pack_step_meta(host, rows, qsl, order, writes, e0)
         if self.host_read:
-            return HostSource(
-                src[r0:b], src[q0 : q0 + b + 1], src[o0 : o0 + b], self.seq_order[:b]
-            ), block_writes
-        self.staging.upload(self.meta, e0 + 2 * nw if nw else o0 + b)
-        return None, block_writes
+            src = self.staging.pinned()
+        else:
+            src = self.staged
+            self.staging.upload(src, e0 + 2 * nw if nw else 4 * (b + 1))
+        return StagedMeta(src[: 4 * (b + 1)], src[e0 : e0 + 2 * nw], nw, table, self.seq_order[:b])
 
     def release(self) -> None:
         """The kernel reading the staged buffer in place is launched."""
-        self.staging.commit()
+        if self.host_read:
+            self.staging.commit()
 
 
 @dataclass
@@ -160,7 +149,7 @@ def gather_inputs(
     seq_lens_np = start + np.asarray(num_scheduled, dtype=start.dtype)
     order = np.concatenate([np.argsort(-seq_lens_np, kind="stable"), np.arange(n, b_pad)])
     writes = table.take_block_writes(rows, bufs.max_writes, b_pad)
-    host, block_writes = bufs.stage(rows_padded, qsl, order, writes, table.block_table)
+    staged = bufs.stage(rows_padded, qsl, order, writes, table.block_table)
     t_pad = int(qsl[-1])
     if num_tokens_padded is not None:
         if num_tokens_padded < t_pad:
@@ -183,11 +172,9 @@ def gather_inputs(
         max_query_len=max(num_scheduled, default=1),
         num_real=n,  # advances the device view of progress by what this step computes
         block_table_out=block_table,
-        writes=block_writes,
-        host=host,
+        staged=staged,
     )
-    if host is not None:
-        bufs.release()
+    bufs.release()
     seq_lens = seq_lens_np.tolist()
     table.num_computed_cpu[rows] = seq_lens
     num_tokens = table.num_tokens_cpu[rows].tolist()
