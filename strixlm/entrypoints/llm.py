@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Sequence
 
@@ -53,12 +54,37 @@ class LLM:
             params = [params] * len(prompts)
         if len(params) != len(prompts):
             raise ValueError("give one SamplingParams, or one per prompt")
-        ids = []
-        for p, sp in zip(prompts, params, strict=True):
+        pending = iter(zip(prompts, params, strict=True))
+        ids: list[str] = []
+        try:
+            # Enough requests for the first step's admission, then the rest while the GPU
+            # runs that step (the intake of a few hundred prompts is ~10 ms of host work
+            # the GPU would otherwise wait through).
+            self._submit(pending, ids, self._first_step_share())
+            return self._run(ids, len(prompts), pending, use_tqdm)
+        except BaseException:
+            with contextlib.suppress(Exception):  # the original error is the one to see
+                for rid in ids:  # an invalid prompt, or an interrupt: leave nothing behind
+                    self.engine.abort_request(rid)
+            raise
+
+    def _first_step_share(self) -> tuple[int, int]:
+        """(requests, prompt tokens) past which the first step cannot admit more: the
+        scheduler admits in order while sequence slots and the token budget last."""
+        sc = self.engine.config.scheduler
+        return sc.max_num_seqs, sc.max_num_batched_tokens
+
+    def _submit(self, pending, ids: list[str], limit: tuple[int, int] | None = None) -> None:
+        """Add requests from `pending` (all, or until past limit); their ids go to ids."""
+        max_reqs, max_tokens = limit or (0, 0)
+        tokens = 0
+        for p, sp in pending:
             if isinstance(p, dict):
                 p = p.get("prompt_token_ids") or p["prompt"]
             ids.append(self.engine.add_request(p, sp, kind="final"))
-        return self._run(ids, use_tqdm)
+            tokens += len(p)  # a text prompt's characters: about its token count or more
+            if limit is not None and (len(ids) >= max_reqs or tokens > max_tokens):
+                return
 
     def chat(
         self,
@@ -104,15 +130,18 @@ class LLM:
             out.append(sp)
         return out
 
-    def _run(self, ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
+    def _run(self, ids: list[str], total: int, pending, use_tqdm: bool) -> list[RequestOutput]:
+        """Step until every request is done; the requests still in `pending` are added
+        after the first step is launched."""
         done: dict[str, RequestOutput] = {}
-        bar = tqdm(
-            total=len(ids), desc="Processed prompts", disable=not use_tqdm, dynamic_ncols=True
-        )
+        bar = tqdm(total=total, desc="Processed prompts", disable=not use_tqdm, dynamic_ncols=True)
         out_tokens = 0
         with frozen_heap():  # no full collections over the start-up heap mid-run
             while self.engine.has_unfinished():
-                for ro in self.engine.step():
+                outputs = self.engine.step()
+                if len(ids) < total:
+                    self._submit(pending, ids)
+                for ro in outputs:
                     if ro.finished:
                         done[ro.request_id] = ro
                         out_tokens += sum(len(c.token_ids) for c in ro.outputs)
