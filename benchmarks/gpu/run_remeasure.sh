@@ -122,6 +122,8 @@
 #           (check_input_prep.py; host reads turned off for the rest if they fail), greedy
 #           tokens vs HF, host syncs, then the workload alternating against the snapshot in
 #           $BASE (the code before), and with STRIXLM_PREP_HOST_READ=0 / STRIXLM_SIDE_COPY=0
+#   baseab  the workload alternating between this snapshot and the one in $BASE (another commit),
+#           three pairs after a warm-up of each: for changes without a switch
 #   b1serve batch-1 / batch-32 step time and the online benchmark (closing's last two)
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
@@ -499,6 +501,16 @@ if has boundaryab; then
     --output-json "$OUT/tp_nohostread.json"
   STRIXLM_SIDE_COPY=0 run tp_nosidecopy 100 $TP --model qwen3-0.6b \
     --output-json "$OUT/tp_nosidecopy.json"
+  grep "strixlm  " "$OUT"/tp_*.log
+fi
+if has baseab; then
+  run tp_warm 100 $TP --model qwen3-0.6b
+  (cd "$BASE" && export PYTHONPATH=$BASE && run tp_base_warm 100 $TP --model qwen3-0.6b)
+  for i in 1 2 3; do
+    (cd "$BASE" && export PYTHONPATH=$BASE && run "tp_base$i" 100 $TP --model qwen3-0.6b \
+      --output-json "$OUT/tp_base$i.json")
+    run "tp_new$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_new$i.json"
+  done
   grep "strixlm  " "$OUT"/tp_*.log
 fi
 if has b1serve; then
