@@ -103,6 +103,8 @@ class StepHandle:
     def prompt_logprobs(self) -> dict[str, tuple[int, list[TokenLogprob]]]:
         """Per request: the first prompt position computed this step, and for each
         position p from there the logprob of prompt token p + 1 (call after result())."""
+        if not self.prompt_lp:
+            return {}  # the common step: no second wait on the event
         if self.event is not None:
             self.event.synchronize()
         res = {}
