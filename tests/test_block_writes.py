@@ -117,3 +117,15 @@ def test_gather_applies_the_writes_and_reads_staged_arrays_in_place():
     assert seq[:2].tolist() == [6, 8]
     assert bt[0, :2].tolist() == [11, 12] and bt[1, :2].tolist() == [3, 5]
     assert np.array_equal(order[:2].numpy(), [1, 0])  # the longest (a) first
+
+
+def test_a_step_that_does_not_fit_its_graph_keeps_the_writes():
+    table = _table()
+    bufs = InputBuffers(32, 4, "cpu", max_blocks=16)
+    r = _add(table, "a", 6, [[3, 5]])
+    table.flush([r], defer_blocks=True)
+    with pytest.raises(ValueError, match="do not fit"):
+        gather_inputs(table, bufs, ["a"], [6], BS, num_reqs_padded=4, num_tokens_padded=4)
+    batch = gather_inputs(table, bufs, ["a"], [6], BS, num_reqs_padded=4, num_tokens_padded=8)
+    assert table.block_table[0, r, :2].tolist() == [3, 5]
+    assert batch.slot_mapping[:6].tolist() == [12, 13, 14, 15, 20, 21]

@@ -148,12 +148,13 @@ def gather_inputs(
     start = table.num_computed_cpu[rows]
     seq_lens_np = start + np.asarray(num_scheduled, dtype=start.dtype)
     order = np.concatenate([np.argsort(-seq_lens_np, kind="stable"), np.arange(n, b_pad)])
+    t_pad = int(qsl[-1])
+    if num_tokens_padded is not None and num_tokens_padded < t_pad:
+        # Before the block writes are taken from the table: they must not be lost.
+        raise ValueError(f"{t_pad} tokens do not fit a graph of {num_tokens_padded}")
     writes = table.take_block_writes(rows, bufs.max_writes, b_pad)
     staged = bufs.stage(rows_padded, qsl, order, writes, table.block_table)
-    t_pad = int(qsl[-1])
     if num_tokens_padded is not None:
-        if num_tokens_padded < t_pad:
-            raise ValueError(f"{t_pad} tokens do not fit a graph of {num_tokens_padded}")
         bufs.slot_mapping[t_pad:num_tokens_padded].fill_(-1)
         t_pad = num_tokens_padded
     rows_dev = bufs.rows[:b_pad]
