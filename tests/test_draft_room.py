@@ -36,7 +36,7 @@ def test_drafts_become_verification_inputs_and_acceptance_applies_on_device():
     assert table.num_tokens[ra].item() == 5 and table.num_drafts.tolist()[ra] == 2
     assert table.num_tokens[rb].item() == 3
 
-    bufs = InputBuffers(32, 4, "cpu")
+    bufs = InputBuffers(32, 4, "cpu", table.block_table.shape[-1])
     batch = gather_inputs(table, bufs, ["a", "b"], [1 + 2, 1], BS)
     # a verifies [last known token, draft 1, draft 2]; b is a plain decode.
     assert batch.input_ids.tolist() == [14, 901, 902, 22]

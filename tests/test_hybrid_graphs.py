@@ -156,17 +156,16 @@ def decode_table() -> tuple[RequestStateTable, InputBuffers]:
         req = Request(rid, list(range(3, 3 + n)), SamplingParams(max_tokens=4))
         table.add(req, blocks, n - 1)  # the last prompt token is this step's input
     table.flush(list(table.rows.values()))
-    return table, InputBuffers(16, 4, "cpu")
+    return table, InputBuffers(16, 4, "cpu", table.block_table.shape[-1])
 
 
 def test_graph_metadata_lives_in_static_buffers():
     table, bufs = decode_table()
     state = HybridModelState(BLOCK, "cpu", (1, 3), decode_rows=False)
     mamba_bufs = state.graph_buffers(4)
-    block_table = torch.zeros(4, 4, dtype=torch.int32)
     order = ["c", "a", "b"]
     batch = gather_inputs(table, bufs, order, [1, 1, 1], BLOCK, 4)
-    md = state.prepare_graph(table, batch, 64, block_table, mamba_bufs)
+    md = state.prepare_graph(table, batch, 64, mamba_bufs)
     m = md.mamba
     assert m.is_decode and m.num_tokens == 4
     assert m.state_indices.data_ptr() == mamba_bufs.state_indices.data_ptr()
@@ -174,13 +173,13 @@ def test_graph_metadata_lives_in_static_buffers():
     want = [[BLOCKS[r][g][0] for r in order] + [0] for g in (1, 2)]  # padded row: block 0
     assert m.state_indices.tolist() == want
     assert m.has_initial_state.tolist() == [True] * 4
-    assert md.attn.block_table.data_ptr() == block_table.data_ptr()
+    assert md.attn.block_table.data_ptr() == bufs.block_table.data_ptr()  # static
     assert md.attn.block_table[:3, :2].tolist() == [[6, 0], [3, 4], [5, 0]]
     assert md.attn.seq_lens.tolist() == [5, 17, 5, 1]  # the dummy row: one token
     # The next step, other rows in another order: same buffers, new contents.
     table.remove("c")
     batch = gather_inputs(table, bufs, ["b", "a"], [1, 1], BLOCK, 2)
-    md2 = state.prepare_graph(table, batch, 64, block_table, mamba_bufs)
+    md2 = state.prepare_graph(table, batch, 64, mamba_bufs)
     assert md2.mamba.state_indices.data_ptr() == mamba_bufs.state_indices.data_ptr()
     assert md2.mamba.state_indices.tolist() == [[8, 7], [10, 9]]
     assert mamba_bufs.state_indices[:, :2].tolist() == [[8, 7], [10, 9]]
@@ -213,9 +212,7 @@ def test_zero_fresh_states_touches_only_fresh_rows(folder):
         layer.state_group = layout.mamba[i].group - 1
         layers.append(layer)
     batch = gather_inputs(table, bufs, ["a", "new", "b"], [1, 1, 1], BLOCK, 4)
-    md = state.prepare_graph(
-        table, batch, 64, torch.zeros(4, 4, dtype=torch.int32), state.graph_buffers(4)
-    )
+    md = state.prepare_graph(table, batch, 64, state.graph_buffers(4))
     assert state.zero_fresh_states(batch, md, layers) == 1
     for layer in layers:
         own = 14 if layer.state_group == 0 else 15

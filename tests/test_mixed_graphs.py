@@ -79,7 +79,7 @@ def test_token_padding_writes_no_cache_slots():
     """Padded rows are zero-length sequences; padded tokens map to slot -1 (stale slots in
     the persistent buffer would otherwise overwrite real cache entries)."""
     table = RequestStateTable(4, 64, 8, 1, "cpu")
-    bufs = InputBuffers(32, 4, "cpu")
+    bufs = InputBuffers(32, 4, "cpu", table.block_table.shape[-1])
     bufs.slot_mapping.fill_(7)  # stale values from an earlier step
     from strixlm.engine.request import Request
 
@@ -100,7 +100,7 @@ def test_token_padding_writes_no_cache_slots():
 
 def test_seq_order_is_longest_context_first():
     table = RequestStateTable(4, 64, 8, 1, "cpu")
-    bufs = InputBuffers(32, 4, "cpu")
+    bufs = InputBuffers(32, 4, "cpu", table.block_table.shape[-1])
     from strixlm.engine.request import Request
 
     rows = []

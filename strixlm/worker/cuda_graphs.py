@@ -62,13 +62,6 @@ class DecodeGraphs:
         self.sizes = sizes
         self.cuda_graphs = cuda_graphs
         max_b = max(sizes)
-        device = buffers.device
-        # The input-prep kernel fills the buffers' block table; without one, a gather does.
-        self.block_table = (
-            buffers.block_table
-            if buffers.block_table is not None
-            else torch.zeros(max_b, table.block_table.shape[-1], dtype=torch.int32, device=device)
-        )
         self.hybrid = isinstance(model_state, HybridModelState)
         self.mamba_buffers = model_state.graph_buffers(max_b) if self.hybrid else None
         self.mamba_layers = model.mamba_layers() if self.hybrid else []
@@ -88,11 +81,9 @@ class DecodeGraphs:
 
     def _metadata(self, batch: InputBatch):
         if not self.hybrid:
-            return self.model_state.prepare(
-                self.table, batch, max_seq_len=self.max_model_len, block_table_out=self.block_table
-            )
+            return self.model_state.prepare(self.table, batch, max_seq_len=self.max_model_len)
         return self.model_state.prepare_graph(
-            self.table, batch, self.max_model_len, self.block_table, self.mamba_buffers
+            self.table, batch, self.max_model_len, self.mamba_buffers
         )
 
     @torch.inference_mode()

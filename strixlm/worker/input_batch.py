@@ -27,19 +27,16 @@ HOST_READ = os.environ.get("STRIXLM_PREP_HOST_READ", "1") != "0"
 
 
 class InputBuffers:
-    """Persistent device buffers, sized for the largest step. With max_blocks (the state
-    table's block-table width), also the attention's block table of the scheduled rows."""
+    """Persistent device buffers, sized for the largest step; max_blocks is the state
+    table's block-table width (the attention's block table of the scheduled rows is one)."""
 
-    def __init__(self, max_tokens: int, max_reqs: int, device: str, max_blocks: int = 0) -> None:
+    def __init__(self, max_tokens: int, max_reqs: int, device: str, max_blocks: int) -> None:
         self.input_ids = torch.zeros(max_tokens, dtype=torch.int32, device=device)
         self.positions = torch.zeros(max_tokens, dtype=torch.int64, device=device)
         self.slot_mapping = torch.zeros(max_tokens, dtype=torch.int64, device=device)
         self.seq_lens = torch.zeros(max_reqs, dtype=torch.int32, device=device)
-        self.block_table = (
-            torch.zeros(max_reqs, max_blocks, dtype=torch.int32, device=device)
-            if max_blocks
-            else None
-        )
+        # Static: CUDA graphs capture it and every step's input prep refills it.
+        self.block_table = torch.zeros(max_reqs, max_blocks, dtype=torch.int32, device=device)
         # More new blocks than this in one step (a step of T tokens allocates at most
         # T + B in a group at block size 1) are written by the table's own copy instead.
         self.max_writes = max_tokens + max_reqs
@@ -108,8 +105,8 @@ class InputBatch:
     # Rows whose last scheduled token is the last known token: they sample this step.
     sample_mask: list[bool]
     # [num_reqs_padded, max_blocks] int32: row b's block table (the columns its sequence
-    # uses are current, the rest stale), when the buffers have one.
-    block_table: torch.Tensor | None = None
+    # uses are current, the rest stale).
+    block_table: torch.Tensor
 
     @property
     def num_tokens(self) -> int:
@@ -158,7 +155,7 @@ def gather_inputs(
         bufs.slot_mapping[t_pad:num_tokens_padded].fill_(-1)
         t_pad = num_tokens_padded
     rows_dev = bufs.rows[:b_pad]
-    block_table = bufs.block_table[:b_pad] if bufs.block_table is not None else None
+    block_table = bufs.block_table[:b_pad]
     prepare_inputs(
         table.token_ids,
         table.num_computed,

@@ -68,16 +68,6 @@ class MixedGraphs:
         self.cuda_graphs = cuda_graphs
         self.upcast_logits = upcast_logits
         self.pool = pool  # shared with the decode graphs
-        self.block_table = (
-            buffers.block_table
-            if buffers.block_table is not None
-            else torch.zeros(
-                max(self.rows_for(t) for t in self.buckets) if self.buckets else 1,
-                table.block_table.shape[-1],
-                dtype=torch.int32,
-                device=buffers.device,
-            )
-        )
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.logits: dict[int, torch.Tensor] = {}
         self.calls: dict[int, tuple] = {}  # cuda_graphs=False: captured inputs per bucket
@@ -106,9 +96,7 @@ class MixedGraphs:
         )
 
     def _metadata(self, batch: InputBatch):
-        return self.model_state.prepare(
-            self.table, batch, max_seq_len=self.max_model_len, block_table_out=self.block_table
-        )
+        return self.model_state.prepare(self.table, batch, max_seq_len=self.max_model_len)
 
     def _forward(self, tokens: int, rows: int, input_ids, positions, md) -> torch.Tensor:
         hidden = self.model(input_ids, positions, md)

@@ -23,22 +23,12 @@ class DefaultModelState(ModelState):
         table: RequestStateTable,
         batch: InputBatch,
         max_seq_len: int | None = None,
-        block_table_out: torch.Tensor | None = None,
     ) -> AttentionMetadata:
-        """max_seq_len and block_table_out let CUDA graphs pass upper bounds and static
-        buffers; otherwise the step's own sizes are used."""
+        """max_seq_len lets CUDA graphs pass the upper bound (then the block table is the
+        input buffers' whole static one); otherwise the step's own sizes are used."""
         max_seq = max_seq_len or max(batch.seq_lens)
         nblk = -(-max_seq // self.block_size)
-        rows = batch.rows_dev  # int32: index_select takes it as is (no cast kernel)
-        gathered = batch.block_table  # filled by the input-prep kernel, when present
-        if block_table_out is None:
-            if gathered is None:
-                gathered = table.block_table[0].index_select(0, rows)
-            block_table = gathered[:, :nblk]
-        else:
-            block_table = block_table_out[: rows.numel()]
-            if gathered is None or gathered.data_ptr() != block_table.data_ptr():
-                torch.index_select(table.block_table[0], 0, rows, out=block_table)
+        block_table = batch.block_table[:, :nblk]  # gathered by the input-prep launch
         decode = [i for i, n in enumerate(batch.query_lens) if n == 1] if self.decode_rows else []
         return AttentionMetadata(
             num_tokens=batch.num_tokens_padded,

@@ -99,7 +99,6 @@ class HybridModelState(ModelState):
         table: RequestStateTable,
         batch: InputBatch,
         max_seq_len: int,
-        block_table_out: torch.Tensor,
         buffers: MambaGraphBuffers,
     ) -> HybridMetadata:
         """Metadata of a one-token-per-row step (padded to batch.num_reqs_padded) whose every
@@ -108,9 +107,7 @@ class HybridModelState(ModelState):
 
         The block table keeps stale columns past each row's own blocks: graphs run only
         with a graph-safe backend (Triton), which never reads past a row's length."""
-        attn = self.attn_state.prepare(
-            table, batch, max_seq_len=max_seq_len, block_table_out=block_table_out
-        )
+        attn = self.attn_state.prepare(table, batch, max_seq_len=max_seq_len)
         b = batch.num_reqs_padded
         state_indices = buffers.state_indices[:, :b]
         state_indices.copy_(self._state_source(table).index_select(1, batch.rows_dev.long()))
