@@ -139,6 +139,16 @@ ab_tp() {  # ENV_VAR PREFIX LABEL:VALUE...: the workload once per pair, alternat
   done
   grep "strixlm  " "$OUT"/"${prefix}"_*.log
 }
+ab_base() {  # PAIRS: warm-ups, then the workload alternating $BASE's snapshot / this one
+  run tp_warm 100 $TP --model qwen3-0.6b
+  (cd "$BASE" && export PYTHONPATH=$BASE && run tp_base_warm 100 $TP --model qwen3-0.6b)
+  local i
+  for ((i = 1; i <= $1; i++)); do
+    (cd "$BASE" && export PYTHONPATH=$BASE && run "tp_base$i" 100 $TP --model qwen3-0.6b \
+      --output-json "$OUT/tp_base$i.json")
+    run "tp_new$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_new$i.json"
+  done
+}
 if has checks; then
   run glue 90 python benchmarks/gpu/check_glue_kernels.py
   run moe 150 python benchmarks/gpu/check_moe.py  # decode sizes take the one-program align
@@ -490,13 +500,7 @@ if has boundaryab; then
   grep -q "ALL EQUAL" "$OUT/prep_check.log" || export STRIXLM_PREP_HOST_READ=0
   run e2e 240 python benchmarks/gpu/check_e2e.py
   run syncs 120 python benchmarks/gpu/check_syncs.py --num-requests 256
-  run tp_warm 100 $TP --model qwen3-0.6b
-  (cd "$BASE" && export PYTHONPATH=$BASE && run tp_base_warm 100 $TP --model qwen3-0.6b)
-  for i in 1 2; do
-    (cd "$BASE" && export PYTHONPATH=$BASE && run "tp_base$i" 100 $TP --model qwen3-0.6b \
-      --output-json "$OUT/tp_base$i.json")
-    run "tp_new$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_new$i.json"
-  done
+  ab_base 2
   STRIXLM_PREP_HOST_READ=0 run tp_nohostread 100 $TP --model qwen3-0.6b \
     --output-json "$OUT/tp_nohostread.json"
   STRIXLM_SIDE_COPY=0 run tp_nosidecopy 100 $TP --model qwen3-0.6b \
@@ -504,13 +508,7 @@ if has boundaryab; then
   grep "strixlm  " "$OUT"/tp_*.log
 fi
 if has baseab; then
-  run tp_warm 100 $TP --model qwen3-0.6b
-  (cd "$BASE" && export PYTHONPATH=$BASE && run tp_base_warm 100 $TP --model qwen3-0.6b)
-  for i in 1 2 3; do
-    (cd "$BASE" && export PYTHONPATH=$BASE && run "tp_base$i" 100 $TP --model qwen3-0.6b \
-      --output-json "$OUT/tp_base$i.json")
-    run "tp_new$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_new$i.json"
-  done
+  ab_base 3
   grep "strixlm  " "$OUT"/tp_*.log
 fi
 if has b1serve; then
