@@ -124,6 +124,9 @@
 #           $BASE (the code before), and with STRIXLM_PREP_HOST_READ=0 / STRIXLM_SIDE_COPY=0
 #   baseab  the workload alternating between this snapshot and the one in $BASE (another commit),
 #           three pairs after a warm-up of each: for changes without a switch
+#   dataflow the MLP as one persistent launch with tile-level dataflow (gate_up + SiLU tiles
+#           release per-slice counters that down tiles wait on) against the engine's MLP
+#           chain, per layer at 64-256 rows (bench_dataflow_mlp.py): a feasibility probe
 #   b1serve batch-1 / batch-32 step time and the online benchmark (closing's last two)
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
@@ -510,6 +513,9 @@ fi
 if has baseab; then
   ab_base 3
   grep "strixlm  " "$OUT"/tp_*.log
+fi
+if has dataflow; then
+  run dataflow 300 python benchmarks/gpu/bench_dataflow_mlp.py --json "$OUT/dataflow.json"
 fi
 if has b1serve; then
   run b1 100 python benchmarks/gpu/profile_step.py --batch 1 32 --steps 50
