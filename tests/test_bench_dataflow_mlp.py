@@ -30,11 +30,12 @@ import sys
 sys.path.insert(0, "benchmarks/gpu")
 import bench_dataflow_mlp as b
 target = GPUTarget("cuda", 90, 32)
-for cfg in b.CONFIGS[:2]:
+for cfg in b.CONFIGS[:2]:  # with the volatile-load spin
     sig = dict(x_ptr="*bf16", wgu_ptr="*bf16", wd_ptr="*bf16", act_ptr="*bf16", part_ptr="*fp32",
                sync_ptr="*i32", M="i32", NUM_PROGRAMS="i32")
     c = dict(H=1024, I=3072, BM=cfg.block_m, BN_GU=cfg.block_n_gu, BN_D=cfg.block_n_d,
-             BK=cfg.block_k, SPLIT=cfg.split, PDL=True)
+             BK=cfg.block_k, SPLIT=cfg.split, PDL=True,
+             FLAG_STRIDE=32, SPIN_LOAD=True, NO_WAIT=False)
     src = ASTSource(b._dataflow_mlp_kernel, {**sig, **{k: "constexpr" for k in c}}, c)
     k = triton.compile(src, target=target,
                        options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))

@@ -20,7 +20,11 @@ Timed in CUDA graphs of 28 layers (per-layer weights from HBM), each layer the e
 add + RMSNorm then the MLP, against the engine's own MLP dispatch for the same rows. Every
 config is checked against the torch chain first.
 
-python benchmarks/gpu/bench_dataflow_mlp.py [--json PATH] [--rows M ...]
+python benchmarks/gpu/bench_dataflow_mlp.py [--json PATH] [--rows M ...] [--configs I ...]
+    [--variants]
+
+H200, 2026-12-02 (session 21, docs/benchmarks.md): slower than the engine's chain at every
+config and row count (x0.48-0.92 of its speed with atomic spins).
 Under TRITON_INTERPRET=1 (tests/test_bench_dataflow_mlp.py) the grid is one program, which
 walks every task in order, so no wait can block.
 """
@@ -61,8 +65,12 @@ def _dataflow_mlp_kernel(
     x_ptr, wgu_ptr, wd_ptr, act_ptr, part_ptr, sync_ptr, M, NUM_PROGRAMS,
     H: tl.constexpr, I: tl.constexpr, BM: tl.constexpr, BN_GU: tl.constexpr,
     BN_D: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr, PDL: tl.constexpr,
+    FLAG_STRIDE: tl.constexpr, SPIN_LOAD: tl.constexpr, NO_WAIT: tl.constexpr,
 ):  # fmt: skip
-    # sync: [0] programs finished, [1 + mb * SPLIT + s] gate_up tiles stored for (mb, s).
+    # sync: [0] programs finished, [1 + (mb * SPLIT + s) * FLAG_STRIDE] gate_up tiles stored
+    # for (mb, s). FLAG_STRIDE 32 puts each counter on its own 128-byte line; SPIN_LOAD spins
+    # on volatile loads (no read-modify-write traffic) and acquires once; NO_WAIT (timing
+    # only, wrong results) skips the waits, to show what the dependencies cost.
     pdl_prologue(PDL)
     GU_TILES: tl.constexpr = I // BN_GU
     D_TILES: tl.constexpr = H // BN_D
@@ -90,7 +98,8 @@ def _dataflow_mlp_kernel(
             h = silu_mul(acc_g.to(dt), acc_u.to(dt))
             tl.store(act_ptr + rows[:, None] * I + cols[None, :], h, mask=row_ok[:, None])
             tl.debug_barrier()  # every thread's store before the release
-            tl.atomic_add(sync_ptr + 1 + mb * SPLIT + nt // GU_PER_SLICE, 1, sem="release")
+            flag = sync_ptr + 1 + (mb * SPLIT + nt // GU_PER_SLICE) * FLAG_STRIDE
+            tl.atomic_add(flag, 1, sem="release")
         else:
             t = task - n_gu
             d_mb = t // (SPLIT * D_TILES)
@@ -99,10 +108,17 @@ def _dataflow_mlp_kernel(
             d_rows = d_mb * BM + tl.arange(0, BM)
             d_cols = d_nt * BN_D + tl.arange(0, BN_D)
             d_row_ok = d_rows < M
-            d_flag = sync_ptr + 1 + d_mb * SPLIT + s
-            ready = tl.atomic_add(d_flag, 0, sem="acquire")
-            while ready < GU_PER_SLICE:
-                ready = tl.atomic_add(d_flag, 0, sem="acquire")
+            d_flag = sync_ptr + 1 + (d_mb * SPLIT + s) * FLAG_STRIDE
+            if not NO_WAIT:
+                if SPIN_LOAD:
+                    ready = tl.load(d_flag, volatile=True)
+                    while ready < GU_PER_SLICE:
+                        ready = tl.load(d_flag, volatile=True)
+                    tl.atomic_add(d_flag, 0, sem="acquire")
+                else:
+                    ready = tl.atomic_add(d_flag, 0, sem="acquire")
+                    while ready < GU_PER_SLICE:
+                        ready = tl.atomic_add(d_flag, 0, sem="acquire")
             tl.debug_barrier()  # no thread reads act before the acquire
             d_acc = tl.zeros([BM, BN_D], dtype=tl.float32)
             for k0 in range(s * K_PER, (s + 1) * K_PER, BK):
@@ -119,20 +135,32 @@ def _dataflow_mlp_kernel(
     done = tl.atomic_add(sync_ptr, 1, sem="acq_rel")
     if done == NUM_PROGRAMS - 1:  # the last one out: counters back to zero for the next launch
         idx = tl.arange(0, 64)
-        for i in range(0, 1 + num_mb * SPLIT, 64):
-            tl.store(sync_ptr + i + idx, 0, mask=i + idx < 1 + num_mb * SPLIT)
+        n_sync = 1 + num_mb * SPLIT * FLAG_STRIDE
+        for i in range(0, n_sync, 64):
+            tl.store(sync_ptr + i + idx, 0, mask=i + idx < n_sync)
 
 
 class DataflowMLP:
     """The probe's MLP: buffers sized for max_rows, one launch per call."""
 
-    def __init__(self, cfg: FlowConfig, max_rows: int, device, dtype, programs: int) -> None:
+    def __init__(
+        self,
+        cfg: FlowConfig,
+        max_rows: int,
+        device,
+        dtype,
+        programs: int,
+        variant: tuple[int, bool, bool, bool] = (1, False, False, False),
+    ) -> None:
+        """variant: (flag stride, spin on loads, no waits, programs capped at the gate_up
+        task count so that down tasks are every program's second task)."""
         self.cfg = cfg
         self.programs = programs
+        self.variant = variant
         mb = triton.cdiv(max_rows, cfg.block_m)
         self.act = torch.empty(max_rows, INTER, device=device, dtype=dtype)
         self.parts = torch.empty(cfg.split, max_rows, HIDDEN, device=device, dtype=torch.float32)
-        self.sync = torch.zeros(1 + mb * cfg.split, device=device, dtype=torch.int32)
+        self.sync = torch.zeros(1 + mb * cfg.split * variant[0], device=device, dtype=torch.int32)
 
     def __call__(self, x: torch.Tensor, w_gu: torch.Tensor, w_d: torch.Tensor) -> torch.Tensor:
         m = x.shape[0]
@@ -141,13 +169,15 @@ class DataflowMLP:
             raise ValueError(f"built for {self.parts.shape[1]} rows, called with {m}")
         parts = self.parts
         pdl = pdl_enabled(x)
-        per_block = INTER // c.block_n_gu + c.split * HIDDEN // c.block_n_d
-        tasks = triton.cdiv(m, c.block_m) * per_block
-        programs = min(self.programs, tasks)
+        stride, spin_load, no_wait, cap = self.variant
+        gu_tasks = triton.cdiv(m, c.block_m) * (INTER // c.block_n_gu)
+        tasks = gu_tasks + triton.cdiv(m, c.block_m) * c.split * HIDDEN // c.block_n_d
+        programs = min(self.programs, gu_tasks if cap else tasks)
         _dataflow_mlp_kernel[(programs,)](
             x, w_gu, w_d, self.act, parts, self.sync, m, programs,
             H=HIDDEN, I=INTER, BM=c.block_m, BN_GU=c.block_n_gu, BN_D=c.block_n_d,
-            BK=c.block_k, SPLIT=c.split, PDL=pdl, num_warps=c.num_warps,
+            BK=c.block_k, SPLIT=c.split, PDL=pdl, FLAG_STRIDE=stride, SPIN_LOAD=spin_load,
+            NO_WAIT=no_wait, num_warps=c.num_warps,
             num_stages=c.num_stages, launch_pdl=pdl,
         )  # fmt: skip
         return parts
@@ -185,6 +215,18 @@ CONFIGS = [
     FlowConfig(64, 64, 64, 128, 2, 4, 3),
     FlowConfig(128, 32, 64, 128, 2, 4, 3),
 ]
+
+
+VARIANTS = [(1, False, False, False), (32, True, False, False), (32, True, False, True),
+            (32, True, True, True)]  # fmt: skip
+
+
+def args_configs(args) -> list[FlowConfig]:
+    return [CONFIGS[i] for i in args.configs] if args.configs else CONFIGS
+
+
+def args_variants(args) -> list[tuple[int, bool, bool, bool]]:
+    return VARIANTS if args.variants else VARIANTS[:1]
 
 
 def _layers(device, dtype):
@@ -227,8 +269,8 @@ def gpu_main(args) -> dict:
 
         row = {"engine_us": graph_time_us(engine_chain, calls=LAYERS)}
         print(f"M {m}: engine MLP + add/RMSNorm {row['engine_us']:.2f} us/layer", flush=True)
-        for cfg in CONFIGS:
-            flow = DataflowMLP(cfg, m, dev, dt, sms)
+        for cfg, variant in [(c, v) for c in args_configs(args) for v in args_variants(args)]:
+            flow = DataflowMLP(cfg, m, dev, dt, sms, variant)
             try:
                 err = check(flow, m, dev, dt)
             except Exception as e:  # noqa: BLE001 - a config that does not compile is a result
@@ -243,9 +285,9 @@ def gpu_main(args) -> dict:
 
             us = graph_time_us(flow_chain, calls=LAYERS)
             again = check(flow, m, dev, dt, seed=3)  # the counters reset across launches
-            row[str(asdict(cfg))] = {"us": us, "rel_err": err, "rel_err_after": again}
+            row[str((asdict(cfg), variant))] = {"us": us, "rel_err": err, "rel_err_after": again}
             print(
-                f"  {cfg}: {us:.2f} us/layer (x{row['engine_us'] / us:.3f}), "
+                f"  {cfg} {variant}: {us:.2f} us/layer (x{row['engine_us'] / us:.3f}), "
                 f"rel err {err:.2e} / {again:.2e}",
                 flush=True,
             )
@@ -260,9 +302,14 @@ def cpu_check() -> int:
     HIDDEN, INTER = 64, 128
     failures = 0
     try:
-        for cfg in (FlowConfig(16, 32, 32, 16, 2, 4, 1), FlowConfig(32, 16, 16, 32, 4, 4, 1)):
+        cases = [
+            (FlowConfig(16, 32, 32, 16, 2, 4, 1), (1, False, False, False)),
+            (FlowConfig(32, 16, 16, 32, 4, 4, 1), (32, True, False, False)),
+        ]
+        for cfg, variant in cases:
             for m in (5, 33):
-                flow = DataflowMLP(cfg, m, torch.device("cpu"), torch.float16, programs=1)
+                cpu = torch.device("cpu")
+                flow = DataflowMLP(cfg, m, cpu, torch.float16, programs=1, variant=variant)
                 for seed in (0, 1):  # the second launch runs on the reset counters
                     err = check(flow, m, torch.device("cpu"), torch.float16, seed)
                     if not err < 2e-3:
@@ -280,6 +327,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, nargs="+", default=[64, 128, 192, 256])
     ap.add_argument("--json", default=None)
+    ap.add_argument("--configs", type=int, nargs="*", default=None, help="indices into CONFIGS")
+    ap.add_argument("--variants", action="store_true", help="the sync variants too")
     args = ap.parse_args()
     results = gpu_main(args)
     if args.json:

@@ -127,6 +127,9 @@
 #   dataflow the MLP as one persistent launch with tile-level dataflow (gate_up + SiLU tiles
 #           release per-slice counters that down tiles wait on) against the engine's MLP
 #           chain, per layer at 64-256 rows (bench_dataflow_mlp.py): a feasibility probe
+#   dataflow2 the best three configs with the counters' sync variants (own cache lines,
+#           volatile-load spins, programs capped so down tasks come second, no waits at all)
+#   syncs   host syncs per decode step at batch 256 (check_syncs.py)
 #   b1serve batch-1 / batch-32 step time and the online benchmark (closing's last two)
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
@@ -516,6 +519,13 @@ if has baseab; then
 fi
 if has dataflow; then
   run dataflow 300 python benchmarks/gpu/bench_dataflow_mlp.py --json "$OUT/dataflow.json"
+fi
+if has dataflow2; then  # the three best configs of `dataflow` with the counters' sync variants
+  run dataflow2 300 python benchmarks/gpu/bench_dataflow_mlp.py --configs 7 2 4 --variants \
+    --json "$OUT/dataflow2.json"
+fi
+if has syncs; then
+  run syncs 120 python benchmarks/gpu/check_syncs.py --num-requests 256
 fi
 if has b1serve; then
   run b1 100 python benchmarks/gpu/profile_step.py --batch 1 32 --steps 50
