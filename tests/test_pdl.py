@@ -1,5 +1,6 @@
 """Programmatic dependent launch: off on CPU and when disabled; the kernels that opt in
-compile for sm90 with griddepcontrol.wait first (the wait that keeps the stream's order)."""
+compile for sm90 with griddepcontrol.wait before every load of what their predecessor may
+write (the wait that keeps the stream's order), early loads of weights before it."""
 
 from __future__ import annotations
 
@@ -42,10 +43,14 @@ def ptx(fn, sig, consts):
 sig = dict(x_ptr="*bf16", res_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16", n_inner="i32",
            x_s0="i32", x_s1="i32", r_s0="i32", r_s1="i32", o_s0="i32", o_s1="i32",
            n_cols="i32", eps="fp32")
-for on in (True, False):
-    text = ptx(r._rmsnorm_kernel, sig, dict(HAS_RESIDUAL=True, BLOCK=1024, NUM_PARTS=1, PDL=on))
+for on, early in ((True, False), (False, False), (True, True)):
+    consts = dict(HAS_RESIDUAL=True, BLOCK=1024, NUM_PARTS=1, PDL=on, EARLY=early)
+    text = ptx(r._rmsnorm_kernel, sig, consts)
     assert ("griddepcontrol.wait" in text) == on, on
-    assert not on or text.find("griddepcontrol.wait") < text.find("ld.global")
+    # The wait comes before every load, except the weight's with EARLY (x / residual after).
+    wait = text.find("griddepcontrol.wait")
+    assert not on or (text.find("ld.global") < wait) == early, (on, early)
+    assert not on or "ld.global" in text[wait:], (on, early)
 sig = dict(x_ptr="*bf16", out_ptr="*bf16", n_cols="i32", x_stride="i32", o_stride="i32")
 text = ptx(a._silu_and_mul_kernel, sig, dict(BLOCK=1024, PDL=True))
 assert "griddepcontrol.wait" in text and "griddepcontrol.launch_dependents" in text

@@ -315,9 +315,15 @@ sig = dict(q_ptr="*bf16", k_ptr="*bf16", pos_ptr="*i64", qw_ptr="*bf16", kw_ptr=
 for write, fp8 in ((True, True), (True, False), (False, False)):
     cache = "*fp8e4nv" if fp8 else "*bf16"
     s = dict(sig, kc_ptr=cache, vc_ptr=cache)
-    c = dict(BLOCK_H=16, BLOCK_HALF=64, WRITE_KV=write, BLOCK_SIZE=16, FP8=fp8, PDL=write)
-    src = ASTSource(m._qk_norm_rope_kernel, {**s, **{k: "constexpr" for k in c}}, c)
-    triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+    for early in (True, False) if write else (False,):
+        c = dict(BLOCK_H=16, BLOCK_HALF=64, WRITE_KV=write, BLOCK_SIZE=16, FP8=fp8, PDL=write,
+                 EARLY=early)
+        src = ASTSource(m._qk_norm_rope_kernel, {**s, **{k: "constexpr" for k in c}}, c)
+        k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+        ptx = k.asm["ptx"]
+        if write:  # EARLY: the position / cos / sin loads come before the first wait
+            first_wait = ptx.find("griddepcontrol.wait")
+            assert (ptx.find("ld.global") < first_wait) == early, (fp8, early)
 print("compiled")
 """
 

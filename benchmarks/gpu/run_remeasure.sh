@@ -130,6 +130,9 @@
 #   dataflow2 the best three configs with the counters' sync variants (own cache lines,
 #           volatile-load spins, programs capped so down tasks come second, no waits at all)
 #   syncs   host syncs per decode step at batch 256 (check_syncs.py)
+#   earlyab RMSNorm's weight and the q/k norm + rotary's positions, cos / sin rows, weights and
+#           cache slots loaded before the PDL wait (STRIXLM_PDL_EARLY_LOADS): greedy tokens vs
+#           HF, the workload on / off alternating (three pairs), batch-1 / 32 step times
 #   b1serve batch-1 / batch-32 step time and the online benchmark (closing's last two)
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
@@ -526,6 +529,16 @@ if has dataflow2; then  # the three best configs of `dataflow` with the counters
 fi
 if has syncs; then
   run syncs 120 python benchmarks/gpu/check_syncs.py --num-requests 256
+fi
+if has earlyab; then
+  run e2e 240 python benchmarks/gpu/check_e2e.py  # early loads on (the default)
+  run tp_warm 100 $TP --model qwen3-0.6b
+  ab_tp STRIXLM_PDL_EARLY_LOADS tp_early on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
+  for v in 1 0; do
+    STRIXLM_PDL_EARLY_LOADS=$v run "b1_early$v" 100 python benchmarks/gpu/profile_step.py \
+      --batch 1 32 --steps 50
+    grep "#####" "$OUT/b1_early$v.log"
+  done
 fi
 if has b1serve; then
   run b1 100 python benchmarks/gpu/profile_step.py --batch 1 32 --steps 50

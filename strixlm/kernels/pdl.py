@@ -9,7 +9,9 @@ wait at griddepcontrol.wait until the predecessor has completed and flushed, the
 Every kernel that opts in calls `pdl_prologue(PDL)` before it touches what its predecessor
 writes, so the stream's ordering is kept exactly; it waits before it lets its own
 successor launch, so a kernel that starts early may read anything written before its
-predecessor (the persistent decode kernel deals its sequences before the wait). A
+predecessor (the persistent decode kernel deals its sequences before the wait; RMSNorm
+loads its weight and the q/k norm + rotary its positions, cos / sin rows, weights and cache
+slots there: EARLY_LOADS). A
 successor without PDL (cuBLAS) ignores the early trigger. STRIXLM_DISABLE_PDL=1 turns it
 off (read at import), for A/B runs.
 """
@@ -29,6 +31,11 @@ if HAS_TRITON:
 
 # STRIXLM_DISABLE_PDL=1 (read at import, like the other A/B knobs): plain launches.
 DISABLED = os.environ.get("STRIXLM_DISABLE_PDL", "0") != "0"
+# Kernels whose inputs include data no kernel of the step writes (weights, cos/sin tables) or
+# that an earlier kernel wrote (positions, slot mappings) issue those loads before their
+# wait, so their latency overlaps the predecessor's drain. STRIXLM_PDL_EARLY_LOADS=0 issues
+# them after it (A/B runs; read at import).
+EARLY_LOADS = os.environ.get("STRIXLM_PDL_EARLY_LOADS", "1") != "0"
 _CAPABILITY: dict[int, int] = {}
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from strixlm.kernels.kv_write import FP8_DTYPE
-from strixlm.kernels.pdl import pdl_enabled
+from strixlm.kernels.pdl import EARLY_LOADS, pdl_enabled
 from strixlm.layers.rotary import RotaryEmbedding
 
 try:
@@ -178,8 +178,14 @@ if HAS_TRITON:
         BLOCK_SIZE: tl.constexpr,
         FP8: tl.constexpr,
         PDL: tl.constexpr,
+        EARLY: tl.constexpr = False,
     ):
-        pdl_prologue(PDL)
+        # EARLY: the position, its cos / sin rows, the norm weights and the cache slot (written
+        # by earlier kernels of the step, or by none) are loaded before the PDL wait, so the
+        # dependent position -> cos / sin chain runs while the qkv GEMM drains; after the
+        # wait only q / k / v are read.
+        if not EARLY:
+            pdl_prologue(PDL)
         # Two programs per token, one for the q heads and one for k (and the cache write of
         # k and v): decode steps have few tokens, and one program doing both serialized
         # the two halves' load latencies. Each loads its cos/sin row and weight once and
@@ -198,6 +204,8 @@ if HAS_TRITON:
             qw1 = tl.load(qw_ptr + d, mask=d_mask, other=0.0).to(tl.float32)[None, :]
             qw2 = tl.load(qw_ptr + half + d, mask=d_mask, other=0.0).to(tl.float32)[None, :]
             q_base = q_ptr + tok * q_s0
+            if EARLY:
+                pdl_prologue(PDL)
             for h0 in range(0, n_q_heads, BLOCK_H):
                 _norm_rotate_heads(
                     q_base, h0 + h, n_q_heads, q_s1, d, d_mask, half, qw1, qw2, eps, cos, sin
@@ -214,6 +222,8 @@ if HAS_TRITON:
             slot = tl.full([], -1, tl.int64)
         blk = slot // BLOCK_SIZE
         cache_row = blk * stride_cb + (slot % BLOCK_SIZE) * stride_cs
+        if EARLY:
+            pdl_prologue(PDL)
         for h0 in range(0, n_k_heads, BLOCK_H):
             o1, o2, mask = _norm_rotate_heads(
                 k_base, h0 + h, n_k_heads, k_s1, d, d_mask, half, kw1, kw2, eps, cos, sin
@@ -324,6 +334,7 @@ def qk_norm_rope_inplace(
         BLOCK_SIZE=kv_cache.shape[2] if write else 1,
         FP8=write and kv_cache.dtype == FP8_DTYPE,
         PDL=pdl,
+        EARLY=pdl and EARLY_LOADS,
         num_warps=4,
         launch_pdl=pdl,
     )

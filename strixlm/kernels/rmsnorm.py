@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from strixlm.kernels.pdl import pdl_enabled, pdl_prologue
+from strixlm.kernels.pdl import EARLY_LOADS, pdl_enabled, pdl_prologue
 from strixlm.layers.splitk_partials import SplitKPartials
 
 
@@ -40,15 +40,20 @@ def _rmsnorm_kernel(
     BLOCK: tl.constexpr,
     NUM_PARTS: tl.constexpr,
     PDL: tl.constexpr,
+    EARLY: tl.constexpr = False,
 ):
+    # EARLY: the weight (no kernel of the step writes it) is loaded before the PDL wait, so
+    # its HBM latency overlaps the predecessor's drain instead of following it.
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    if EARLY:
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0)
     pdl_prologue(PDL)
     # One program per row; rows are addressed by two strides so a [T, H, D] view into a
     # wider buffer (q/k norm on a slice of the qkv output) needs no copy.
     row = tl.program_id(0).to(tl.int64)
     outer = row // n_inner
     inner = row % n_inner
-    cols = tl.arange(0, BLOCK)
-    mask = cols < n_cols
     if NUM_PARTS > 1:
         # x is fp32 split-K partials [NUM_PARTS, rows, n_cols], contiguous, so part s of
         # this row lies s * rows * x_s0 further on. Deriving that stride from the grid keeps
@@ -72,7 +77,8 @@ def _rmsnorm_kernel(
     xf = x.to(tl.float32)
     var = tl.sum(xf * xf, axis=0) / n_cols
     xn = (xf * tl.rsqrt(var + eps)).to(x.dtype)
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0)
+    if not EARLY:
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0)
     y = xn.to(tl.float32) * w.to(tl.float32)
     tl.store(out_ptr + outer * o_s0 + inner * o_s1 + cols, y, mask=mask)
 
@@ -146,6 +152,7 @@ def _launch(
         BLOCK=block,
         NUM_PARTS=num_parts,
         PDL=pdl,
+        EARLY=pdl and EARLY_LOADS,
         num_warps=num_warps,
         launch_pdl=pdl,
     )
