@@ -379,9 +379,9 @@ def build(fn, sig, consts, warps, stages=1):
     sig = {**sig, **{k: "constexpr" for k in consts}}
     src = ASTSource(fn, sig, consts, attrs)
     opts = dict(num_warps=warps, num_stages=stages)
-    triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
 
-def attn(dt, cache_dt, cfg, seq_grid, has_order):
+def attn(dt, cache_dt, cfg, seq_grid, has_order, early=False):
     sig = dict(out_ptr=f"*{dt}", q_ptr=f"*{dt}", k_cache_ptr=f"*{cache_dt}",
                v_cache_ptr=f"*{cache_dt}", block_table_ptr="*i32", seq_lens_ptr="*i32",
                qsl_ptr="*i32", order_ptr="*i32", segm_acc_ptr="*fp32", segm_max_ptr="*fp32",
@@ -391,13 +391,20 @@ def attn(dt, cache_dt, cfg, seq_grid, has_order):
     c = dict(NUM_Q_HEADS=16, G=2, HEAD_DIM=128, DIM_P=128, BLOCK_SIZE=16, TILE=cfg.tile,
              BLOCK_M=cfg.block_m, BLOCK_Q=cfg.block_m // 2, NUM_SEGS=cfg.num_splits,
              SPLIT=cfg.num_splits > 1, IEEE=False, K_ROWS=cfg.k_rows, SEQ_GRID=seq_grid,
-             HAS_ORDER=has_order, FP8_PAIRS=cache_dt == "fp8e4nv", PDL=has_order)
-    build(pa._paged_attn_kernel, sig, c, cfg.num_warps, cfg.num_stages)
+             HAS_ORDER=has_order, FP8_PAIRS=cache_dt == "fp8e4nv", PDL=has_order or early,
+             EARLY=early)
+    ptx = build(pa._paged_attn_kernel, sig, c, cfg.num_warps, cfg.num_stages).asm["ptx"]
+    # EARLY: the sequence lookup's loads come before the wait, q and K/V after it.
+    wait = ptx.find("griddepcontrol.wait")
+    if c["PDL"]:
+        assert (ptx.find("ld.global") < wait) == early and "ld.global" in ptx[wait:], early
 
 attn("bf16", "fp8e4nv", pa.select_config(16, 8, 128, 1, 1, 8192, 132), True, True)
 attn("bf16", "bf16", pa.select_config(16, 8, 128, 256, 1, 2048, 132), True, True)
 attn("bf16", "bf16", pa.select_config(16, 8, 128, 1, 2048, 2048, 132), False, False)
 attn("fp16", "fp8e4nv", pa.select_config(16, 8, 128, 1, 2048, 2048, 132), False, False)
+attn("bf16", "bf16", pa.select_config(16, 8, 128, 256, 1, 2048, 132), True, True, early=True)
+attn("bf16", "bf16", pa.select_config(16, 8, 128, 1, 2048, 2048, 132), False, False, early=True)
 sig = dict(out_ptr="*bf16", segm_acc_ptr="*fp32", segm_max_ptr="*fp32", segm_sum_ptr="*fp32",
            out_scale="fp32", stride_ot="i32", stride_oh="i32")
 c = dict(NUM_Q_HEADS=16, HEAD_DIM=128, DIM_P=128, NUM_SEGS=3, SEGS_P=4, PDL=True)

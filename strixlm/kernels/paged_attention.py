@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from strixlm.kernels.kv_write import FP8_DTYPE, HAS_TRITON
-from strixlm.kernels.pdl import pdl_enabled
+from strixlm.kernels.pdl import EARLY_LOADS, pdl_enabled
 
 if TYPE_CHECKING:
     from strixlm.kernels.qk_norm_rope import QKNormRopeWrite
@@ -387,8 +387,12 @@ if HAS_TRITON:
         HAS_ORDER: tl.constexpr,
         FP8_PAIRS: tl.constexpr,
         PDL: tl.constexpr,
+        EARLY: tl.constexpr = False,
     ):
-        pdl_prologue(PDL)
+        # EARLY: the sequence lookup (order, query_start_loc, seq_lens: step inputs written
+        # before the previous kernel) runs before the PDL wait; q and K/V are read after it.
+        if not EARLY:
+            pdl_prologue(PDL)
         kv_head = tl.program_id(1)
         seg = tl.program_id(2)
         if SEQ_GRID:
@@ -414,6 +418,8 @@ if HAS_TRITON:
                 return
         seq_len = tl.load(seq_lens_ptr + seq)
         ctx_len = seq_len - q_len
+        if EARLY:
+            pdl_prologue(PDL)
 
         offs_m = tl.arange(0, BLOCK_M)
         offs_d = tl.arange(0, DIM_P)
@@ -622,6 +628,7 @@ def paged_attention(
         HAS_ORDER=seq_grid and seq_order is not None,
         FP8_PAIRS=fp8_pairs(q, kv_cache),
         PDL=pdl,
+        EARLY=pdl and EARLY_LOADS,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         launch_pdl=pdl,
