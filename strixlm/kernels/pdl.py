@@ -32,9 +32,11 @@ if HAS_TRITON:
 # STRIXLM_DISABLE_PDL=1 (read at import, like the other A/B knobs): plain launches.
 DISABLED = os.environ.get("STRIXLM_DISABLE_PDL", "0") != "0"
 # Kernels whose inputs include data no kernel of the step writes (weights, cos/sin tables) or
-# that an earlier kernel wrote (positions, slot mappings) issue those loads before their
-# wait, so their latency overlaps the predecessor's drain. STRIXLM_PDL_EARLY_LOADS=0 issues
-# them after it (A/B runs; read at import).
+# that a kernel before their direct predecessor wrote (positions, slot mappings, sequence
+# lengths) issue those loads before their wait, so their latency overlaps the predecessor's
+# drain. A kernel that rewrites such inputs mid-step (e.g. a future speculative-decoding
+# update of seq_lens) must not be the direct predecessor of one that reads them early.
+# STRIXLM_PDL_EARLY_LOADS=0 issues them after the wait (A/B runs; read at import).
 EARLY_LOADS = os.environ.get("STRIXLM_PDL_EARLY_LOADS", "1") != "0"
 _CAPABILITY: dict[int, int] = {}
 
