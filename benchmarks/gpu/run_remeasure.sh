@@ -133,6 +133,9 @@
 #   earlyab RMSNorm's weight and the q/k norm + rotary's positions, cos / sin rows, weights and
 #           cache slots loaded before the PDL wait (STRIXLM_PDL_EARLY_LOADS): greedy tokens vs
 #           HF, the workload on / off alternating (three pairs), batch-1 / 32 step times
+#   earlygemm the decode GEMMs as a Gluon TMA kernel whose first weight tiles are requested
+#           before the PDL wait, against the same kernel with every load after it and the
+#           engine's dispatch, 28 x [PDL producer -> GEMM] (bench_early_weight_gemm.py)
 #   b1serve batch-1 / batch-32 step time and the online benchmark (closing's last two)
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
@@ -539,6 +542,9 @@ if has earlyab; then
       --batch 1 32 --steps 50
     grep "#####" "$OUT/b1_early$v.log"
   done
+fi
+if has earlygemm; then  # a Gluon TMA GEMM with its weight tiles requested before the PDL wait
+  run earlygemm 400 python benchmarks/gpu/bench_early_weight_gemm.py --json "$OUT/earlygemm.json"
 fi
 if has b1serve; then
   run b1 100 python benchmarks/gpu/profile_step.py --batch 1 32 --steps 50
