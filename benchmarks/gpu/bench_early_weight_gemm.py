@@ -44,13 +44,8 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-SHAPES = {
-    "qkv": (4096, 1024),
-    "gate_up": (6144, 1024),
-    "o_proj": (1024, 2048),
-    "down": (1024, 3072),
-}
+from sweep_dense_gemm import LAYERS, chain_us  # noqa: E402
+from sweep_tma_gemm import SHAPES, engine_gemm  # noqa: E402  (N, K) of the decode GEMMs
 
 
 @dataclass(frozen=True)
@@ -193,9 +188,6 @@ def early_gemm(
 
 
 def main() -> None:
-    from sweep_dense_gemm import LAYERS, chain_us
-    from sweep_tma_gemm import engine_gemm
-
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, nargs="+", default=[16, 32, 64, 128, 192, 256])
     ap.add_argument("--shapes", nargs="+", default=list(SHAPES))
