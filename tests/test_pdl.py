@@ -43,14 +43,21 @@ def ptx(fn, sig, consts):
 sig = dict(x_ptr="*bf16", res_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16", n_inner="i32",
            x_s0="i32", x_s1="i32", r_s0="i32", r_s1="i32", o_s0="i32", o_s1="i32",
            n_cols="i32", eps="fp32")
-for on, early in ((True, False), (False, False), (True, True)):
-    consts = dict(HAS_RESIDUAL=True, BLOCK=1024, NUM_PARTS=1, PDL=on, EARLY=early)
+loads_before = {}
+for on, early, res in ((True, False, False), (False, False, False), (True, True, False),
+                       (True, True, True)):
+    consts = dict(HAS_RESIDUAL=True, BLOCK=1024, NUM_PARTS=1, PDL=on, EARLY=early,
+                  EARLY_RES=res)
     text = ptx(r._rmsnorm_kernel, sig, consts)
     assert ("griddepcontrol.wait" in text) == on, on
-    # The wait comes before every load, except the weight's with EARLY (x / residual after).
+    # The wait comes before every load, except the weight's with EARLY and the residual's
+    # with EARLY_RES; x (the predecessor's output) always after it.
     wait = text.find("griddepcontrol.wait")
     assert not on or (text.find("ld.global") < wait) == early, (on, early)
     assert not on or "ld.global" in text[wait:], (on, early)
+    loads_before[(on, early, res)] = text[:wait].count("ld.global") if on else 0
+# EARLY_RES adds the residual's loads to the weight's before the wait.
+assert loads_before[(True, True, True)] > loads_before[(True, True, False)] > 0, loads_before
 sig = dict(x_ptr="*bf16", out_ptr="*bf16", n_cols="i32", x_stride="i32", o_stride="i32")
 text = ptx(a._silu_and_mul_kernel, sig, dict(BLOCK=1024, PDL=True))
 assert "griddepcontrol.wait" in text and "griddepcontrol.launch_dependents" in text

@@ -136,6 +136,8 @@
 #   earlygemm the decode GEMMs as a Gluon TMA kernel whose first weight tiles are requested
 #           before the PDL wait, against the same kernel with every load after it and the
 #           engine's dispatch, 28 x [PDL producer -> GEMM] (bench_early_weight_gemm.py)
+#   earlyres RMSNorm's residual row loaded before the PDL wait too (STRIXLM_PDL_EARLY_RESIDUAL):
+#           greedy tokens vs HF with it on, then the workload on / off alternating
 #   b1serve batch-1 / batch-32 step time and the online benchmark (closing's last two)
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
@@ -545,6 +547,11 @@ if has earlyab; then
 fi
 if has earlygemm; then  # a Gluon TMA GEMM with its weight tiles requested before the PDL wait
   run earlygemm 400 python benchmarks/gpu/bench_early_weight_gemm.py --json "$OUT/earlygemm.json"
+fi
+if has earlyres; then  # RMSNorm's residual row before the PDL wait as well
+  run e2e 240 env STRIXLM_PDL_EARLY_RESIDUAL=1 python benchmarks/gpu/check_e2e.py
+  run tp_warm 100 $TP --model qwen3-0.6b
+  ab_tp STRIXLM_PDL_EARLY_RESIDUAL tp_res on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
 fi
 if has b1serve; then
   run b1 100 python benchmarks/gpu/profile_step.py --batch 1 32 --steps 50

@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from strixlm.kernels.pdl import EARLY_LOADS, pdl_enabled, pdl_prologue
+from strixlm.kernels.pdl import EARLY_LOADS, EARLY_RESIDUAL, pdl_enabled, pdl_prologue
 from strixlm.layers.splitk_partials import SplitKPartials
 
 
@@ -41,19 +41,26 @@ def _rmsnorm_kernel(
     NUM_PARTS: tl.constexpr,
     PDL: tl.constexpr,
     EARLY: tl.constexpr = False,
+    EARLY_RES: tl.constexpr = False,
 ):
     # EARLY: the weight (no kernel of the step writes it) is loaded before the PDL wait, so
-    # its HBM latency overlaps the predecessor's drain instead of following it.
+    # its HBM latency overlaps the predecessor's drain instead of following it. EARLY_RES:
+    # the residual row too (pdl.EARLY_RESIDUAL: written by the norm before the attention or
+    # MLP block, never by this kernel's direct predecessor, in the decoders that use it).
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
-    if EARLY:
-        w = tl.load(w_ptr + cols, mask=mask, other=0.0)
-    pdl_prologue(PDL)
     # One program per row; rows are addressed by two strides so a [T, H, D] view into a
     # wider buffer (q/k norm on a slice of the qkv output) needs no copy.
     row = tl.program_id(0).to(tl.int64)
     outer = row // n_inner
     inner = row % n_inner
+    if EARLY:
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0)
+    if HAS_RESIDUAL:
+        r_ptrs = res_ptr + outer * r_s0 + inner * r_s1 + cols
+        if EARLY_RES:
+            r = tl.load(r_ptrs, mask=mask, other=0.0)
+    pdl_prologue(PDL)
     if NUM_PARTS > 1:
         # x is fp32 split-K partials [NUM_PARTS, rows, n_cols], contiguous, so part s of
         # this row lies s * rows * x_s0 further on. Deriving that stride from the grid keeps
@@ -69,8 +76,8 @@ def _rmsnorm_kernel(
     else:
         x = tl.load(x_ptr + outer * x_s0 + inner * x_s1 + cols, mask=mask, other=0.0)
     if HAS_RESIDUAL:
-        r_ptrs = res_ptr + outer * r_s0 + inner * r_s1 + cols
-        r = tl.load(r_ptrs, mask=mask, other=0.0)
+        if not EARLY_RES:
+            r = tl.load(r_ptrs, mask=mask, other=0.0)
         # Rounded to the input dtype before the norm, like `x = x + residual` in torch.
         x = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype)
         tl.store(r_ptrs, x, mask=mask)
@@ -153,6 +160,7 @@ def _launch(
         NUM_PARTS=num_parts,
         PDL=pdl,
         EARLY=pdl and EARLY_LOADS,
+        EARLY_RES=pdl and EARLY_RESIDUAL and residual is not None,
         num_warps=num_warps,
         launch_pdl=pdl,
     )
