@@ -9,9 +9,9 @@ wait at griddepcontrol.wait until the predecessor has completed and flushed, the
 Every kernel that opts in calls `pdl_prologue(PDL)` before it touches what its predecessor
 writes, so the stream's ordering is kept exactly; it waits before it lets its own
 successor launch, so a kernel that starts early may read anything written before its
-predecessor (the persistent decode kernel deals its sequences before the wait; RMSNorm
-loads its weight and the q/k norm + rotary its positions, cos / sin rows, weights and cache
-slots there: EARLY_LOADS). A
+predecessor (the persistent decode kernel deals its sequences before the wait; with
+EARLY_LOADS, RMSNorm loads its weight there, the q/k norm + rotary its positions, cos / sin
+rows, weights and cache slots, and the unified attention kernel its sequence lookup). A
 successor without PDL (cuBLAS) ignores the early trigger. STRIXLM_DISABLE_PDL=1 turns it
 off (read at import), for A/B runs.
 """
