@@ -1,0 +1,208 @@
+"""Decode GEMM whose weight tiles are requested before the PDL wait (Gluon, sm90+).
+
+A decode GEMM reads its weight from HBM (the attention's streaming evicts it from L2), and
+with Triton's pipeliner every program requests its first tiles only after
+`griddepcontrol.wait`, so one HBM latency follows each kernel boundary. This kernel is
+written in Gluon (Triton's explicit layer) to control that order: a TMA ring of STAGES x / w
+tiles in shared memory with one mbarrier per stage, wgmma, and a TMA store of x [M, K] @
+w [N, K].T (fp32 accumulation, one rounding at the store, as cuBLAS). With EARLY the first
+STAGES weight tiles are requested before the wait and the x tiles after it (each stage's
+barrier expects both); weights are never written by a step's kernels, so that is safe.
+
+`Linear` takes it for plain decode products where `plan` has a config, only with
+STRIXLM_EARLY_GEMM=1 (off until benchmarks/gpu/bench_early_weight_gemm.py and the workload
+A/B have run on the H200; written without a GPU in session 21). Gluon has no interpreter:
+CI compiles it for sm90 (tests/test_early_gemm.py) and the benchmark checks its values
+against early_gemm_ref on the GPU.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+try:
+    import triton
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    HAS_GLUON = True
+except ImportError:  # CPU-only installs, or a triton without Gluon
+    HAS_GLUON = False
+
+from strixlm.kernels.pdl import pdl_enabled
+
+# STRIXLM_EARLY_GEMM=1 lets Linear dispatch here (read at import); off until measured.
+ENABLED = os.environ.get("STRIXLM_EARLY_GEMM", "0") != "0"
+
+
+@dataclass(frozen=True)
+class EarlyConfig:
+    block_m: int
+    block_n: int
+    block_k: int
+    stages: int
+    num_warps: int = 4
+
+
+# (N, K) -> [(from rows, to rows, config)]: provisional (the probe's first config), for the
+# A/B of STRIXLM_EARLY_GEMM=1 until bench_early_weight_gemm.py has measured the shapes.
+_TABLE: dict[tuple[int, int], list[tuple[int, int, EarlyConfig]]] = {
+    (4096, 1024): [(2, 256, EarlyConfig(64, 64, 128, 4))],  # Qwen3-0.6B qkv
+}
+
+
+def plan(m: int, n: int, k: int, dtype: torch.dtype) -> EarlyConfig | None:
+    """The config for an [m, k] @ [n, k].T decode product here, or None (another path)."""
+    if not (ENABLED and HAS_GLUON) or dtype not in (torch.bfloat16, torch.float16):
+        return None
+    for lo, hi, cfg in _TABLE.get((n, k), []):
+        if lo <= m <= hi:
+            return cfg if k % cfg.block_k == 0 else None
+    return None
+
+
+def early_gemm_ref(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """x @ w.T with fp32 accumulation, rounded once to x's dtype."""
+    return (x.float() @ w.float().t()).to(x.dtype)
+
+
+if HAS_GLUON:
+
+    @gluon.jit
+    def _gdc_wait_and_release():
+        # griddepcontrol.wait: the predecessor grid has finished and its writes are visible;
+        # then let this kernel's successor start its own prologue.
+        gl.inline_asm_elementwise(
+            "griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
+        )
+        gl.inline_asm_elementwise(
+            "griddepcontrol.launch_dependents; // $0",
+            "=r",
+            [],
+            dtype=gl.int32,
+            is_pure=False,
+            pack=1,
+        )
+
+    @gluon.constexpr_function
+    def _instr_n(block_m, block_n, num_warps):
+        """The widest wgmma N that tiles BLOCK_N with num_warps warps along M first."""
+        m_reps = max(block_m // 16, 1)
+        n_reps = max(num_warps // m_reps, 1)
+        n = 256
+        while n > max(block_n // n_reps, 8) or block_n % n:
+            n -= 8
+        return n
+
+    @gluon.constexpr_function
+    def _warps_per_cta(block_m, num_warps):
+        wm = 4
+        while wm * 2 <= num_warps and block_m > 16 * wm:
+            wm *= 2
+        return [wm, num_warps // wm]
+
+    @gluon.jit
+    def _early_weight_gemm_kernel(
+        x_desc, w_desc, out_desc, K, STAGES: gl.constexpr, EARLY: gl.constexpr,
+        PDL: gl.constexpr, num_warps: gl.constexpr,
+    ):  # fmt: skip
+        BM: gl.constexpr = x_desc.block_type.shape[0]
+        BK: gl.constexpr = x_desc.block_type.shape[1]
+        BN: gl.constexpr = w_desc.block_type.shape[0]
+        off_n = gl.program_id(0) * BN
+        off_m = gl.program_id(1) * BM
+        x_ring = gl.allocate_shared_memory(x_desc.dtype, [STAGES, BM, BK], x_desc.layout)
+        w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BN, BK], w_desc.layout)
+        bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for s in gl.static_range(STAGES):
+            mbarrier.init(bars.index(s), count=1)
+        n_k = K // BK
+        nbytes: gl.constexpr = x_desc.block_type.nbytes + w_desc.block_type.nbytes
+        if PDL and not EARLY:
+            _gdc_wait_and_release()
+        # The ring's first weight tiles: before the wait when EARLY (no kernel of the step
+        # writes a weight). Each stage's barrier expects the x tile too, requested below.
+        for s in gl.static_range(STAGES):
+            mbarrier.expect(bars.index(s), nbytes, pred=s < n_k)
+            tma.async_copy_global_to_shared(
+                w_desc, [off_n, s * BK], bars.index(s), w_ring.index(s), pred=s < n_k
+            )
+        if PDL and EARLY:
+            _gdc_wait_and_release()
+        for s in gl.static_range(STAGES):
+            tma.async_copy_global_to_shared(
+                x_desc, [off_m, s * BK], bars.index(s), x_ring.index(s), pred=s < n_k
+            )
+        layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0],
+            warps_per_cta=_warps_per_cta(BM, num_warps),
+            instr_shape=[16, _instr_n(BM, BN, num_warps), 16],
+        )
+        acc = gl.zeros((BM, BN), dtype=gl.float32, layout=layout)
+        for i in range(n_k):
+            st = i % STAGES
+            mbarrier.wait(bars.index(st), (i // STAGES) & 1)
+            acc = warpgroup_mma(
+                x_ring.index(st), w_ring.index(st).permute((1, 0)), acc, is_async=True
+            )
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+            nxt = i + STAGES
+            refill = nxt < n_k  # the stage's MMA is done: its buffers take tile i + STAGES
+            mbarrier.expect(bars.index(st), nbytes, pred=refill)
+            tma.async_copy_global_to_shared(
+                w_desc, [off_n, nxt * BK], bars.index(st), w_ring.index(st), pred=refill
+            )
+            tma.async_copy_global_to_shared(
+                x_desc, [off_m, nxt * BK], bars.index(st), x_ring.index(st), pred=refill
+            )
+        for s2 in gl.static_range(STAGES):
+            mbarrier.invalidate(bars.index(s2))
+        out_smem = gl.allocate_shared_memory(out_desc.dtype, [BM, BN], out_desc.layout)
+        out_smem.store(acc.to(out_desc.dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(out_desc, [off_m, off_n], out_smem)
+        tma.store_wait(pendings=0)
+
+
+def descriptors(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, cfg: EarlyConfig):
+    dt = gl.bfloat16 if x.dtype == torch.bfloat16 else gl.float16
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+
+    def desc(t, block):
+        layout = gl.NVMMASharedLayout.get_default_for(block, dt)
+        return TensorDescriptor.from_tensor(t, block, layout)
+
+    return desc(x, [bm, bk]), desc(w, [bn, bk]), desc(out, [bm, bn])
+
+
+def early_gemm(
+    x: torch.Tensor, w: torch.Tensor, cfg: EarlyConfig, early: bool = True
+) -> torch.Tensor:
+    """x [M, K] @ w [N, K].T in x's dtype; K a multiple of cfg.block_k, both operands with
+    16-byte aligned rows (TMA). early=False requests every tile after the wait (A/B)."""
+    m, k = x.shape
+    n = w.shape[0]
+    if k % cfg.block_k or w.shape[1] != k:
+        raise ValueError(f"x {tuple(x.shape)} / w {tuple(w.shape)} do not fit {cfg}")
+    out = torch.empty(m, n, device=x.device, dtype=x.dtype)
+    if m == 0:
+        return out
+    pdl = pdl_enabled(x)
+    xd, wd, od = descriptors(x, w, out, cfg)
+    grid = (triton.cdiv(n, cfg.block_n), triton.cdiv(m, cfg.block_m))
+    _early_weight_gemm_kernel[grid](
+        xd, wd, od, k, STAGES=cfg.stages, EARLY=early, PDL=pdl, num_warps=cfg.num_warps,
+        launch_pdl=pdl,
+    )  # fmt: skip
+    return out
