@@ -148,7 +148,7 @@ def _tile_gemm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> t
     that requests its weights before the PDL wait goes first where it has a config (being
     measured). The caller has checked _tile_operands."""
     m, k = x.shape
-    if bias is None and x.dtype == w.dtype:  # STRIXLM_EARLY_GEMM=1 only (early_gemm.plan)
+    if early.ENABLED and bias is None and x.dtype == w.dtype:  # STRIXLM_EARLY_GEMM=1 only
         ecfg = early.plan(m, w.shape[0], k, x.dtype)
         if ecfg is not None and tma.tma_ready(x) and tma.tma_ready(w):
             return early.early_gemm(x, w, ecfg)
