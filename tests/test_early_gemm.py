@@ -63,16 +63,21 @@ from strixlm.kernels import early_gemm as e
 
 configs = [e.EarlyConfig(64, 64, 128, 4), e.EarlyConfig(64, 32, 128, 4),
            e.EarlyConfig(64, 128, 64, 4), e.EarlyConfig(64, 64, 64, 6),
-           e.EarlyConfig(128, 64, 128, 3)]
+           e.EarlyConfig(128, 64, 128, 3), e.EarlyConfig(64, 64, 128, 4, split=4)]
 target = GPUTarget("cuda", 90, 32)
 for cfg in configs:
     x = torch.empty(64, 1024, dtype=torch.bfloat16)
     w = torch.empty(4096, 1024, dtype=torch.bfloat16)
-    o = torch.empty(64, 4096, dtype=torch.bfloat16)
+    if cfg.split == 1:
+        o = torch.empty(64, 4096, dtype=torch.bfloat16)
+    else:
+        o = torch.empty(cfg.split * 64, 4096, dtype=torch.float32)
     descs = e.descriptors(x, w, o, cfg)
-    sig = dict(zip(("x_desc", "w_desc", "out_desc"), map(mangle_type, descs)), K="i32")
+    sig = dict(zip(("x_desc", "w_desc", "out_desc"), map(mangle_type, descs)))
+    sig.update(part_ptr="*bf16" if cfg.split == 1 else "*fp32", M="i32", N="i32", K="i32")
     for early in (True, False):
-        c = dict(STAGES=cfg.stages, EARLY=early, PDL=True, num_warps=cfg.num_warps)
+        c = dict(STAGES=cfg.stages, EARLY=early, PDL=True, SPLIT=cfg.split,
+                 num_warps=cfg.num_warps)
         src = GluonASTSource(e._early_weight_gemm_kernel, {**sig, **{k: "constexpr" for k in c}}, c)
         k = triton.compile(src, target=target, options=dict(num_warps=cfg.num_warps))
         ptx = k.asm["ptx"]

@@ -14,8 +14,9 @@ flight through a shared-memory ring with one mbarrier per stage (strixlm/kernels
 
 Timed as sweep_dense_gemm.py times GEMMs: 28 x [PDL producer -> GEMM] in one CUDA graph,
 each with its own weight, minus the producers alone, per layer; against the engine's own
-dispatch for the shape (Linear's pointer / TMA tile GEMMs, or cuBLAS). Each config is
-checked against fp32 torch first.
+dispatch for the shape (split-K partials for o_proj / down at <= 128 rows, else Linear's
+pointer / TMA tile GEMMs or cuBLAS). Split configs write fp32 K-slice partials, as the
+engine's split-K does. Each config is checked against fp32 torch first.
 
 python benchmarks/gpu/bench_early_weight_gemm.py [--json PATH] [--rows M ...]
 Written without a GPU (session 21, after the device budget ran out): not yet run.
@@ -36,7 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from sweep_dense_gemm import LAYERS, chain_us  # noqa: E402
 from sweep_tma_gemm import SHAPES, engine_gemm  # noqa: E402  (N, K) of the decode GEMMs
 
-from strixlm.kernels.early_gemm import EarlyConfig, early_gemm  # noqa: E402
+from strixlm.kernels import splitk_linear as sk  # noqa: E402
+from strixlm.kernels.early_gemm import EarlyConfig, early_gemm, early_gemm_partials  # noqa: E402
 
 CONFIGS = [
     EarlyConfig(64, 64, 128, 4),
@@ -44,7 +46,35 @@ CONFIGS = [
     EarlyConfig(64, 128, 64, 4),
     EarlyConfig(64, 64, 64, 6),
     EarlyConfig(128, 64, 128, 3),
+    # K slices for the narrow outputs (o_proj, down), as the engine's split-K at <= 128 rows
+    EarlyConfig(64, 64, 128, 4, split=4),
+    EarlyConfig(64, 32, 128, 4, split=4),
 ]
+HALF = dict(x_dtype=torch.bfloat16, w_dtype=torch.bfloat16, has_bias=False)
+
+
+def engine_product(m: int, n: int, k: int):
+    """What the engine runs for x @ w.T in a decode layer: split-K partials where o_proj /
+    down take them (their first slice stands in for the output the producer reads), else
+    Linear's plain product."""
+    cfg = sk.plan(m, n, k, **HALF)
+    if cfg is not None:
+        return lambda a, b: sk.splitk_partials(a, b, cfg).parts[0]
+    return engine_gemm(m, n, k)
+
+
+def run_early(x, w, cfg: EarlyConfig, early: bool) -> torch.Tensor:
+    """The product (split 1) or its partials summed (split > 1), for the check."""
+    if cfg.split == 1:
+        return early_gemm(x, w, cfg, early).float()
+    return early_gemm_partials(x, w, cfg, early).parts.sum(0)
+
+
+def chain_early(x, w, cfg: EarlyConfig, early: bool) -> torch.Tensor:
+    """The chain's GEMM: its output, or its first partial slice (as engine_product)."""
+    if cfg.split == 1:
+        return early_gemm(x, w, cfg, early)
+    return early_gemm_partials(x, w, cfg, early).parts[0]
 
 
 def main() -> None:
@@ -61,17 +91,17 @@ def main() -> None:
         ws = [(0.02 * torch.randn(n, k, device="cuda")).to(torch.bfloat16) for _ in range(LAYERS)]
         for m in args.rows:
             base = chain_us(m, ws, None, False, args.reps)
-            eng = chain_us(m, ws, engine_gemm(m, n, k), True, args.reps) - base
+            eng = chain_us(m, ws, engine_product(m, n, k), True, args.reps) - base
             row = dict(name=name, m=m, engine_us=eng, configs=[])
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             ref = x.float() @ ws[0].float().t()
             for cfg in CONFIGS:
-                if k % cfg.block_k:
+                if k % (cfg.split * cfg.block_k):
                     continue
                 times = {}
                 for early in (True, False):
                     try:
-                        got = early_gemm(x, ws[0], cfg, early).float()
+                        got = run_early(x, ws[0], cfg, early)
                     except Exception as e:  # noqa: BLE001 - a config that fails is a result
                         print(f"  {name} M={m} {cfg} early={early}: {type(e).__name__}: {e}"[:300])
                         break
@@ -81,7 +111,7 @@ def main() -> None:
                         break
 
                     def run(a, b, c=cfg, e=early):
-                        return early_gemm(a, b, c, e)
+                        return chain_early(a, b, c, e)
 
                     times[early] = chain_us(m, ws, run, True, args.reps) - base
                 if len(times) == 2:

@@ -41,6 +41,7 @@ except ImportError:  # CPU-only installs, or a triton without Gluon
     HAS_GLUON = False
 
 from strixlm.kernels.pdl import pdl_enabled
+from strixlm.layers.splitk_partials import SplitKPartials
 
 # STRIXLM_EARLY_GEMM=1 lets Linear dispatch here (read at import); off until measured.
 ENABLED = os.environ.get("STRIXLM_EARLY_GEMM", "0") != "0"
@@ -53,6 +54,7 @@ class EarlyConfig:
     block_k: int
     stages: int
     num_warps: int = 4
+    split: int = 1  # K slices: > 1 writes fp32 partials for the next add + RMSNorm to sum
 
 
 # (N, K) -> [(from rows, to rows, config)]: provisional (the probe's first config), for the
@@ -114,20 +116,23 @@ if HAS_GLUON:
 
     @gluon.jit
     def _early_weight_gemm_kernel(
-        x_desc, w_desc, out_desc, K, STAGES: gl.constexpr, EARLY: gl.constexpr,
-        PDL: gl.constexpr, num_warps: gl.constexpr,
+        x_desc, w_desc, out_desc, part_ptr, M, N, K, STAGES: gl.constexpr,
+        EARLY: gl.constexpr, PDL: gl.constexpr, SPLIT: gl.constexpr, num_warps: gl.constexpr,
     ):  # fmt: skip
+        # SPLIT 1: out (x's dtype) by TMA store. SPLIT > 1: program (n, m, s) covers K slice
+        # s and writes fp32 partials part[s, m rows, n cols]; out_desc is unused.
         BM: gl.constexpr = x_desc.block_type.shape[0]
         BK: gl.constexpr = x_desc.block_type.shape[1]
         BN: gl.constexpr = w_desc.block_type.shape[0]
         off_n = gl.program_id(0) * BN
         off_m = gl.program_id(1) * BM
+        k_lo = gl.program_id(2) * (K // SPLIT)
         x_ring = gl.allocate_shared_memory(x_desc.dtype, [STAGES, BM, BK], x_desc.layout)
         w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BN, BK], w_desc.layout)
         bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for s in gl.static_range(STAGES):
             mbarrier.init(bars.index(s), count=1)
-        n_k = K // BK
+        n_k = (K // SPLIT) // BK
         nbytes: gl.constexpr = x_desc.block_type.nbytes + w_desc.block_type.nbytes
         if PDL and not EARLY:
             _gdc_wait_and_release()
@@ -136,13 +141,13 @@ if HAS_GLUON:
         for s in gl.static_range(STAGES):
             mbarrier.expect(bars.index(s), nbytes, pred=s < n_k)
             tma.async_copy_global_to_shared(
-                w_desc, [off_n, s * BK], bars.index(s), w_ring.index(s), pred=s < n_k
+                w_desc, [off_n, k_lo + s * BK], bars.index(s), w_ring.index(s), pred=s < n_k
             )
         if PDL and EARLY:
             _gdc_wait_and_release()
         for s in gl.static_range(STAGES):
             tma.async_copy_global_to_shared(
-                x_desc, [off_m, s * BK], bars.index(s), x_ring.index(s), pred=s < n_k
+                x_desc, [off_m, k_lo + s * BK], bars.index(s), x_ring.index(s), pred=s < n_k
             )
         layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0],
@@ -158,51 +163,79 @@ if HAS_GLUON:
             )
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
             nxt = i + STAGES
+            k_nxt = k_lo + nxt * BK
             refill = nxt < n_k  # the stage's MMA is done: its buffers take tile i + STAGES
             mbarrier.expect(bars.index(st), nbytes, pred=refill)
             tma.async_copy_global_to_shared(
-                w_desc, [off_n, nxt * BK], bars.index(st), w_ring.index(st), pred=refill
+                w_desc, [off_n, k_nxt], bars.index(st), w_ring.index(st), pred=refill
             )
             tma.async_copy_global_to_shared(
-                x_desc, [off_m, nxt * BK], bars.index(st), x_ring.index(st), pred=refill
+                x_desc, [off_m, k_nxt], bars.index(st), x_ring.index(st), pred=refill
             )
         for s2 in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(s2))
-        out_smem = gl.allocate_shared_memory(out_desc.dtype, [BM, BN], out_desc.layout)
-        out_smem.store(acc.to(out_desc.dtype))
-        fence_async_shared()
-        tma.async_copy_shared_to_global(out_desc, [off_m, off_n], out_smem)
-        tma.store_wait(pendings=0)
+        if SPLIT == 1:
+            out_smem = gl.allocate_shared_memory(out_desc.dtype, [BM, BN], out_desc.layout)
+            out_smem.store(acc.to(out_desc.dtype))
+            fence_async_shared()
+            tma.async_copy_shared_to_global(out_desc, [off_m, off_n], out_smem)
+            tma.store_wait(pendings=0)
+        else:
+            rows = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
+            cols = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
+            part_row = (gl.program_id(2) * M + rows).to(gl.int64) * N
+            ptrs = part_ptr + gl.expand_dims(part_row, 1) + gl.expand_dims(cols, 0)
+            ok = gl.expand_dims(rows < M, 1) & gl.expand_dims(cols < N, 0)
+            gl.store(ptrs, acc, mask=ok)
 
 
 def descriptors(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, cfg: EarlyConfig):
-    dt = gl.bfloat16 if x.dtype == torch.bfloat16 else gl.float16
+    """TMA descriptors of x, w and out at cfg's boxes (out may be fp32: the partials' view)."""
+    dtypes = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
 
     def desc(t, block):
-        layout = gl.NVMMASharedLayout.get_default_for(block, dt)
+        layout = gl.NVMMASharedLayout.get_default_for(block, dtypes[t.dtype])
         return TensorDescriptor.from_tensor(t, block, layout)
 
     return desc(x, [bm, bk]), desc(w, [bn, bk]), desc(out, [bm, bn])
 
 
+def _launch(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, cfg: EarlyConfig, early: bool):
+    m, k = x.shape
+    n = w.shape[0]
+    if k % (cfg.split * cfg.block_k) or w.shape[1] != k:
+        raise ValueError(f"x {tuple(x.shape)} / w {tuple(w.shape)} do not fit {cfg}")
+    if m == 0:
+        return
+    pdl = pdl_enabled(x)
+    out2d = out.view(-1, n)  # the partials [S, M, N] as rows for the (unused) descriptor
+    xd, wd, od = descriptors(x, w, out2d, cfg)
+    grid = (triton.cdiv(n, cfg.block_n), triton.cdiv(m, cfg.block_m), cfg.split)
+    _early_weight_gemm_kernel[grid](
+        xd, wd, od, out, m, n, k, STAGES=cfg.stages, EARLY=early, PDL=pdl, SPLIT=cfg.split,
+        num_warps=cfg.num_warps, launch_pdl=pdl,
+    )  # fmt: skip
+
+
 def early_gemm(
     x: torch.Tensor, w: torch.Tensor, cfg: EarlyConfig, early: bool = True
 ) -> torch.Tensor:
-    """x [M, K] @ w [N, K].T in x's dtype; K a multiple of cfg.block_k, both operands with
-    16-byte aligned rows (TMA). early=False requests every tile after the wait (A/B)."""
-    m, k = x.shape
-    n = w.shape[0]
-    if k % cfg.block_k or w.shape[1] != k:
-        raise ValueError(f"x {tuple(x.shape)} / w {tuple(w.shape)} do not fit {cfg}")
-    out = torch.empty(m, n, device=x.device, dtype=x.dtype)
-    if m == 0:
-        return out
-    pdl = pdl_enabled(x)
-    xd, wd, od = descriptors(x, w, out, cfg)
-    grid = (triton.cdiv(n, cfg.block_n), triton.cdiv(m, cfg.block_m))
-    _early_weight_gemm_kernel[grid](
-        xd, wd, od, k, STAGES=cfg.stages, EARLY=early, PDL=pdl, num_warps=cfg.num_warps,
-        launch_pdl=pdl,
-    )  # fmt: skip
+    """x [M, K] @ w [N, K].T in x's dtype (cfg.split 1); K a multiple of cfg.block_k, both
+    operands with 16-byte aligned rows (TMA). early=False requests every tile after the
+    wait (A/B)."""
+    if cfg.split != 1:
+        raise ValueError(f"early_gemm takes split 1, got {cfg}")
+    out = torch.empty(x.shape[0], w.shape[0], device=x.device, dtype=x.dtype)
+    _launch(x, w, out, cfg, early)
     return out
+
+
+def early_gemm_partials(
+    x: torch.Tensor, w: torch.Tensor, cfg: EarlyConfig, early: bool = True
+) -> SplitKPartials:
+    """x [M, K] @ w [N, K].T as cfg.split fp32 K-slice partials (split_k's layout), for a
+    consumer that sums them (the add + RMSNorm)."""
+    parts = torch.empty(cfg.split, x.shape[0], w.shape[0], device=x.device, dtype=torch.float32)
+    _launch(x, w, parts, cfg, early)
+    return SplitKPartials(parts, x.dtype)
