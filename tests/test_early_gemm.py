@@ -46,6 +46,7 @@ def test_linear_dispatches_planned_products(monkeypatch):
 
     monkeypatch.setattr(early, "ENABLED", True)
     monkeypatch.setattr(early, "early_gemm", record)
+    monkeypatch.setattr(early, "device_ok", lambda x: True)  # an sm90 GPU, for the dispatch
     x = torch.randn(64, QKV[1], dtype=torch.bfloat16)
     w = torch.randn(*QKV, dtype=torch.bfloat16) * 0.02
     out = linear._tile_gemm(x, w, None)
@@ -53,6 +54,18 @@ def test_linear_dispatches_planned_products(monkeypatch):
     linear._tile_gemm(x[:, :1000].contiguous(), w[:, :1000].contiguous(), None)  # no config
     linear._tile_gemm(x, w, torch.zeros(QKV[0], dtype=torch.bfloat16))  # a bias: not here
     assert len(calls) == 1
+
+
+def test_no_dispatch_off_sm90(monkeypatch):
+    """A planned product on a device without wgmma / TMA (here the CPU) keeps its old path."""
+    calls = []
+    monkeypatch.setattr(early, "ENABLED", True)
+    monkeypatch.setattr(early, "early_gemm", lambda *a: calls.append(a))
+    x = torch.randn(64, QKV[1], dtype=torch.bfloat16)
+    w = torch.randn(*QKV, dtype=torch.bfloat16)
+    assert early.plan(64, *QKV, torch.bfloat16) is not None and not early.device_ok(x)
+    linear._tile_gemm(x, w, None)
+    assert calls == []
 
 
 SCRIPT = r"""

@@ -70,8 +70,13 @@ def plan(m: int, n: int, k: int, dtype: torch.dtype) -> EarlyConfig | None:
         return None
     for lo, hi, cfg in _TABLE.get((n, k), []):
         if lo <= m <= hi:
-            return cfg if k % cfg.block_k == 0 else None
+            return cfg if k % (cfg.split * cfg.block_k) == 0 else None
     return None
+
+
+def device_ok(x: torch.Tensor) -> bool:
+    """x is on a CUDA device with wgmma and TMA (sm90+), where the kernel compiles."""
+    return x.is_cuda and torch.cuda.get_device_capability(x.device)[0] >= 9
 
 
 def early_gemm_ref(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

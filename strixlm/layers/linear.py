@@ -150,7 +150,7 @@ def _tile_gemm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> t
     m, k = x.shape
     if early.ENABLED and bias is None and x.dtype == w.dtype:  # STRIXLM_EARLY_GEMM=1 only
         ecfg = early.plan(m, w.shape[0], k, x.dtype)
-        if ecfg is not None and tma.tma_ready(x) and tma.tma_ready(w):
+        if ecfg is not None and early.device_ok(x) and tma.tma_ready(x) and tma.tma_ready(w):
             return early.early_gemm(x, w, ecfg)
     kw = dict(x_dtype=x.dtype, w_dtype=w.dtype, has_bias=bias is not None)
     cfg = splitk.plan_dense(m, w.shape[0], k, **kw)
