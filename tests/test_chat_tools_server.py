@@ -151,12 +151,31 @@ def stream(client: openai.OpenAI, messages, **kw) -> Streamed:
     return out
 
 
+def build_openai_chat_models() -> None:
+    """The openai client's models defer building their validators to first use, and
+    pydantic's deferred build is not thread-safe: two threads parsing their first chunk at
+    once can hit a half-built model (PydanticUserError, seen once in CI-sized runs). Build
+    every chat-completion model here, in one thread, before the requests run in parallel."""
+    import importlib
+    import pkgutil
+
+    import openai.types.chat as chat_types
+    import pydantic
+
+    for info in pkgutil.iter_modules(chat_types.__path__, chat_types.__name__ + "."):
+        module = importlib.import_module(info.name)
+        for obj in vars(module).values():
+            if isinstance(obj, type) and issubclass(obj, pydantic.BaseModel):
+                obj.model_rebuild(force=True)
+
+
 @pytest.fixture(scope="module")
 def results(clients) -> dict:
     def run(case):
         server, messages, kw, streamed = case
         return (stream if streamed else chat)(clients[server], messages, **kw)
 
+    build_openai_chat_models()
     with ThreadPoolExecutor(len(GENERATIONS)) as pool:
         futures = {name: pool.submit(run, case) for name, case in GENERATIONS.items()}
         return {name: f.result() for name, f in futures.items()}
