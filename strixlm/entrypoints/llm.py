@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from collections.abc import Sequence
 
 from tqdm import tqdm
@@ -76,14 +77,14 @@ class LLM:
 
     def _submit(self, pending, ids: list[str], limit: tuple[int, int] | None = None) -> None:
         """Add requests from `pending` (all, or until past limit); their ids go to ids."""
-        max_reqs, max_tokens = limit or (0, 0)
+        max_reqs, max_tokens = limit if limit is not None else (math.inf, math.inf)
         tokens = 0
         for p, sp in pending:
             if isinstance(p, dict):
                 p = p.get("prompt_token_ids") or p["prompt"]
             ids.append(self.engine.add_request(p, sp, kind="final"))
             tokens += len(p)  # a text prompt's characters: about its token count or more
-            if limit is not None and (len(ids) >= max_reqs or tokens > max_tokens):
+            if len(ids) >= max_reqs or tokens > max_tokens:
                 return
 
     def chat(

@@ -70,7 +70,7 @@ class HybridModelState(ModelState):
 
     def prepare(self, table: RequestStateTable, batch: InputBatch) -> HybridMetadata:
         attn = self.attn_state.prepare(table, batch)
-        bt = attn.block_table  # this step's own gather (fresh or the input buffers'): editable
+        bt = attn.block_table  # the input buffers' gather, rewritten every step: editable
         own = (batch.seq_lens_dev + self.block_size - 1) // self.block_size
         cols = torch.arange(bt.shape[1], device=bt.device)
         bt.masked_fill_(cols[None, :] >= own[:, None], 0)
