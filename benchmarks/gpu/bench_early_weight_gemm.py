@@ -7,7 +7,7 @@ Session 21 measured +0.6-0.7% on the standard workload from issuing a few small 
 the large case: a decode GEMM's weight comes from HBM (attention's streaming evicts it from
 L2), and each of its programs starts that read only after the wait. Here a TMA GEMM
 (x [M, K] @ w [N, K].T, fp32 accumulation, one rounding at the store) keeps STAGES tiles in
-flight through a shared-memory ring with one mbarrier per stage (strixlm/kernels/early_gemm.py):
+flight through a shared-memory ring with one mbarrier per stage (early_weight_gemm.py):
   EARLY: the first STAGES weight tiles are requested before the wait, x's after it (each
          stage's barrier expects both); the rest of the loop refills the ring as usual;
   not EARLY: the same kernel with every load after the wait (the control).
@@ -19,7 +19,8 @@ pointer / TMA tile GEMMs or cuBLAS). Split configs write fp32 K-slice partials, 
 engine's split-K does. Each config is checked against fp32 torch first.
 
 python benchmarks/gpu/bench_early_weight_gemm.py [--json PATH] [--rows M ...]
-Written without a GPU (session 21, after the device budget ran out): not yet run.
+H200, session 22: early and late within 0.35 us everywhere; the engine's GEMMs faster at most
+shapes (docs/benchmarks.md, "Session 22").
 """
 
 from __future__ import annotations
@@ -34,11 +35,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from early_weight_gemm import (  # noqa: E402
+    EarlyConfig,
+    early_gemm,
+    early_gemm_partials,
+    early_gemm_ref,
+)
 from sweep_dense_gemm import LAYERS, chain_us  # noqa: E402
 from sweep_tma_gemm import SHAPES, engine_gemm  # noqa: E402  (N, K) of the decode GEMMs
 
 from strixlm.kernels import splitk_linear as sk  # noqa: E402
-from strixlm.kernels.early_gemm import EarlyConfig, early_gemm, early_gemm_partials  # noqa: E402
 
 CONFIGS = [
     EarlyConfig(64, 64, 128, 4),
@@ -94,7 +100,7 @@ def main() -> None:
             eng = chain_us(m, ws, engine_product(m, n, k), True, args.reps) - base
             row = dict(name=name, m=m, engine_us=eng, configs=[])
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            ref = x.float() @ ws[0].float().t()
+            ref = early_gemm_ref(x, ws[0]).float()
             for cfg in CONFIGS:
                 if k % (cfg.split * cfg.block_k):
                     continue

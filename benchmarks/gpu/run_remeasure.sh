@@ -136,10 +136,9 @@
 #   earlygemm the decode GEMMs as a Gluon TMA kernel whose first weight tiles are requested
 #           before the PDL wait, against the same kernel with every load after it and the
 #           engine's dispatch, 28 x [PDL producer -> GEMM] (bench_early_weight_gemm.py)
-#   earlygemmab greedy tokens vs HF with Linear's qkv on the early-weight GEMM
-#           (STRIXLM_EARLY_GEMM=1, early_gemm's provisional table), then the workload on / off
-#   earlyres RMSNorm's residual row loaded before the PDL wait too (STRIXLM_PDL_EARLY_RESIDUAL):
-#           greedy tokens vs HF with it on, then the workload on / off alternating
+#   earlyres RMSNorm's residual row loaded before the PDL wait too (STRIXLM_PDL_EARLY_RESIDUAL,
+#           on by default since session 22): greedy tokens vs HF with it on, then the
+#           workload on / off alternating
 #   b1serve batch-1 / batch-32 step time and the online benchmark (closing's last two)
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
@@ -549,11 +548,6 @@ if has earlyab; then
 fi
 if has earlygemm; then  # a Gluon TMA GEMM with its weight tiles requested before the PDL wait
   run earlygemm 400 python benchmarks/gpu/bench_early_weight_gemm.py --json "$OUT/earlygemm.json"
-fi
-if has earlygemmab; then  # Linear's qkv on the early-weight Gluon GEMM (provisional table)
-  run e2e 240 env STRIXLM_EARLY_GEMM=1 python benchmarks/gpu/check_e2e.py
-  run tp_warm 100 $TP --model qwen3-0.6b
-  ab_tp STRIXLM_EARLY_GEMM tp_egemm on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
 fi
 if has earlyres; then  # RMSNorm's residual row before the PDL wait as well
   run e2e 240 env STRIXLM_PDL_EARLY_RESIDUAL=1 python benchmarks/gpu/check_e2e.py

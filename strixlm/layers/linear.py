@@ -11,7 +11,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from strixlm.kernels import early_gemm as early
 from strixlm.kernels import gate_up_silu as gate_up_kernel
 from strixlm.kernels import gemv as gemv_kernel
 from strixlm.kernels import splitk_linear as splitk
@@ -144,14 +143,8 @@ def splitk_config(
 def _tile_gemm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
     """x @ w.T in one of our Triton tile GEMMs where it beat cuBLAS at this shape and row
     count: the pointer-load kernel (splitk.plan_dense), else the TMA one (tma_linear.plan,
-    when both operands suit TMA); None for cuBLAS. With STRIXLM_EARLY_GEMM=1 the Gluon GEMM
-    that requests its weights before the PDL wait goes first where it has a config (being
-    measured). The caller has checked _tile_operands."""
+    when both operands suit TMA); None for cuBLAS. The caller has checked _tile_operands."""
     m, k = x.shape
-    if early.ENABLED and bias is None and x.dtype == w.dtype:  # STRIXLM_EARLY_GEMM=1 only
-        ecfg = early.plan(m, w.shape[0], k, x.dtype)
-        if ecfg is not None and early.device_ok(x) and tma.tma_ready(x) and tma.tma_ready(w):
-            return early.early_gemm(x, w, ecfg)
     kw = dict(x_dtype=x.dtype, w_dtype=w.dtype, has_bias=bias is not None)
     cfg = splitk.plan_dense(m, w.shape[0], k, **kw)
     if cfg is not None:

@@ -1,24 +1,25 @@
-"""Decode GEMM whose weight tiles are requested before the PDL wait (Gluon, sm90+).
+"""A decode GEMM whose weight tiles are requested before the PDL wait (Gluon, sm90+): the
+kernel of the probe bench_early_weight_gemm.py.
 
 A decode GEMM reads its weight from HBM (the attention's streaming evicts it from L2), and
 with Triton's pipeliner every program requests its first tiles only after
-`griddepcontrol.wait`, so one HBM latency follows each kernel boundary. This kernel is
-written in Gluon (Triton's explicit layer) to control that order: a TMA ring of STAGES x / w
-tiles in shared memory with one mbarrier per stage, wgmma, and a TMA store of x [M, K] @
-w [N, K].T (fp32 accumulation, one rounding at the store, as cuBLAS). With EARLY the first
-STAGES weight tiles are requested before the wait and the x tiles after it (each stage's
-barrier expects both); weights are never written by a step's kernels, so that is safe.
+`griddepcontrol.wait`. This kernel is written in Gluon (Triton's explicit layer) to control
+that order: a TMA ring of STAGES x / w tiles in shared memory with one mbarrier per stage,
+wgmma, and a TMA store of x [M, K] @ w [N, K].T (fp32 accumulation, one rounding at the
+store, as cuBLAS). With EARLY the first STAGES weight tiles are requested before the wait and
+the x tiles after it (each stage's barrier expects both); weights are never written by a
+step's kernels, so that is safe. SPLIT > 1 writes fp32 K-slice partials as the engine's
+split-K does.
 
-`Linear` takes it for plain decode products where `plan` has a config, only with
-STRIXLM_EARLY_GEMM=1 (off until benchmarks/gpu/bench_early_weight_gemm.py and the workload
-A/B have run on the H200; written without a GPU in session 21). Gluon has no interpreter:
-CI compiles it for sm90 (tests/test_early_gemm.py) and the benchmark checks its values
-against early_gemm_ref on the GPU.
+H200, session 22: requesting the weights early moved nothing (within 0.35 us, mostly under
+0.1), and the kernel was slower than the engine's own GEMMs at most shapes, so the engine
+never dispatches here (docs/benchmarks.md, "Session 22"). Gluon has no interpreter: CI
+compiles it for sm90 (tests/test_bench_early_weight_gemm.py) and the probe checks its values
+against fp32 torch on the GPU.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -43,9 +44,6 @@ except ImportError:  # CPU-only installs, or a triton without Gluon
 from strixlm.kernels.pdl import pdl_enabled
 from strixlm.layers.splitk_partials import SplitKPartials
 
-# STRIXLM_EARLY_GEMM=1 lets Linear dispatch here (read at import); off until measured.
-ENABLED = os.environ.get("STRIXLM_EARLY_GEMM", "0") != "0"
-
 
 @dataclass(frozen=True)
 class EarlyConfig:
@@ -55,28 +53,6 @@ class EarlyConfig:
     stages: int
     num_warps: int = 4
     split: int = 1  # K slices: > 1 writes fp32 partials for the next add + RMSNorm to sum
-
-
-# (N, K) -> [(from rows, to rows, config)]: provisional (the probe's first config), for the
-# A/B of STRIXLM_EARLY_GEMM=1 until bench_early_weight_gemm.py has measured the shapes.
-_TABLE: dict[tuple[int, int], list[tuple[int, int, EarlyConfig]]] = {
-    (4096, 1024): [(2, 256, EarlyConfig(64, 64, 128, 4))],  # Qwen3-0.6B qkv
-}
-
-
-def plan(m: int, n: int, k: int, dtype: torch.dtype) -> EarlyConfig | None:
-    """The config for an [m, k] @ [n, k].T decode product here, or None (another path)."""
-    if not (ENABLED and HAS_GLUON) or dtype not in (torch.bfloat16, torch.float16):
-        return None
-    for lo, hi, cfg in _TABLE.get((n, k), []):
-        if lo <= m <= hi:
-            return cfg if k % (cfg.split * cfg.block_k) == 0 else None
-    return None
-
-
-def device_ok(x: torch.Tensor) -> bool:
-    """x is on a CUDA device with wgmma and TMA (sm90+), where the kernel compiles."""
-    return x.is_cuda and torch.cuda.get_device_capability(x.device)[0] >= 9
 
 
 def early_gemm_ref(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
