@@ -19,7 +19,7 @@ pointer / TMA tile GEMMs or cuBLAS). Split configs write fp32 K-slice partials, 
 engine's split-K does. Each config is checked against fp32 torch first.
 
 python benchmarks/gpu/bench_early_weight_gemm.py [--json PATH] [--rows M ...]
-H200, session 22: early and late within 0.35 us everywhere; the engine's GEMMs faster at most
+H200, session 22: early and late within 0.47 us everywhere; the engine's GEMMs faster at most
 shapes (docs/benchmarks.md, "Session 22").
 """
 
