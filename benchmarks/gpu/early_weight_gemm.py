@@ -11,7 +11,7 @@ the x tiles after it (each stage's barrier expects both); weights are never writ
 step's kernels, so that is safe. SPLIT > 1 writes fp32 K-slice partials as the engine's
 split-K does.
 
-H200, session 22: requesting the weights early moved nothing (within 0.35 us, mostly under
+H200, session 22: requesting the weights early moved nothing (within 0.47 us, mostly under
 0.1), and the kernel was slower than the engine's own GEMMs at most shapes, so the engine
 never dispatches here (docs/benchmarks.md, "Session 22"). Gluon has no interpreter: CI
 compiles it for sm90 (tests/test_bench_early_weight_gemm.py) and the probe checks its values
