@@ -362,8 +362,7 @@ def test_qwen3_attention_fuses_its_prologue(monkeypatch):
 AOT_SCRIPT = r"""
 from strixlm.kernels import paged_decode as pdk
 
-before = {}
-for cache_dt, early in (("bf16", False), ("fp8e4nv", False), ("fp8e4nv", True)):
+for cache_dt in ("bf16", "fp8e4nv"):
     sig = dict(out_ptr="*bf16", q_ptr="*bf16", k_cache_ptr=f"*{cache_dt}",
                v_cache_ptr=f"*{cache_dt}", block_table_ptr="*i32", seq_lens_ptr="*i32",
                qsl_ptr="*i32", order_ptr="*i32", segm_acc_ptr="*fp32", segm_max_ptr="*fp32",
@@ -384,7 +383,7 @@ for cache_dt, early in (("bf16", False), ("fp8e4nv", False), ("fp8e4nv", True)):
                   BLOCK_M=16, MAX_ITEMS=8, NUM_SEGS=1 if fp8 else 4,
                   IEEE=False, K_ROWS=False, HAS_ORDER=True, FP8_PAIRS=fp8, FUSE_QK=fp8,
                   BLOCK_G=2, HALF=64, FP8=fp8, TIMING=fp8, DYNAMIC=True,
-                  PDL=fp8, EARLY=early)
+                  PDL=fp8)
     names = list(sig) + list(consts)
     div16 = [n for n in sig if n.endswith("_ptr") or (n.startswith("stride") and n != "stride_bt")]
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in div16}
@@ -392,12 +391,7 @@ for cache_dt, early in (("bf16", False), ("fp8e4nv", False), ("fp8e4nv", True)):
                     {**sig, **{k: "constexpr" for k in consts}}, consts, attrs)
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                        options=dict(num_warps=2, num_stages=3))
-    ptx = k.asm["ptx"]
-    assert ("griddepcontrol.wait" in ptx) == fp8  # PDL: the wait after the deal
-    before[(cache_dt, early)] = ptx[: ptx.find("griddepcontrol.wait")].count("ld.global")
-# EARLY adds the q/k prologue's positions, cos / sin rows, weights and slots to the deal's
-# loads before the wait.
-assert before[("fp8e4nv", True)] > before[("fp8e4nv", False)] > 0, before
+    assert ("griddepcontrol.wait" in k.asm["ptx"]) == fp8  # PDL: the wait after the deal
 print("compiled")
 """
 

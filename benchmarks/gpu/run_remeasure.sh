@@ -139,9 +139,10 @@
 #   earlyres RMSNorm's residual row loaded before the PDL wait too (STRIXLM_PDL_EARLY_RESIDUAL,
 #           on by default since session 22): greedy tokens vs HF with it on, then the
 #           workload on / off alternating
-#   fuseqkab the q/k norm + rotary + K/V write inside the persistent decode kernel, its tables
-#           loaded before the PDL wait (STRIXLM_ATTN_FUSE_QK=1): bench_fused_qk.py (values at
-#           real shapes, graph times), then the workload on / off alternating (two pairs)
+#   fuseqkab the q/k norm + rotary + K/V write inside the persistent decode kernel
+#           (STRIXLM_ATTN_FUSE_QK=1): bench_fused_qk.py (values at real shapes, graph times),
+#           then the workload on / off alternating (two pairs). Session 22 ran it on af97000,
+#           whose prologue tables came before the PDL wait (reverted: -6.5%)
 #   b1serve batch-1 / batch-32 step time and the online benchmark (closing's last two)
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
@@ -557,7 +558,7 @@ if has earlyres; then  # RMSNorm's residual row before the PDL wait as well
   run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_PDL_EARLY_RESIDUAL tp_res on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
 fi
-if has fuseqkab; then  # the fused q/k prologue with its tables before the wait
+if has fuseqkab; then  # the fused q/k prologue against the separate launch
   run fusedqk 60 python benchmarks/gpu/bench_fused_qk.py --json "$OUT/fused_qk.json"
   (export STRIXLM_ATTN_FUSE_QK=1; run tp_warm 100 $TP --model qwen3-0.6b)
   ab_tp STRIXLM_ATTN_FUSE_QK tp_fqk on1:1 off1:0 on2:1 off2:0

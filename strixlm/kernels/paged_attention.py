@@ -66,7 +66,8 @@ DECODE_SPLITS = int(os.environ.get("STRIXLM_ATTN_DECODE_SPLITS", "0"))
 # separate launch at batch 256 / 192 / 128 / 96 (fp8 cache x1.035 at 256); the workload
 # A/B was 26,092 / 26,068 tok/s on vs 26,235 / 26,152 off. The prologue's dependent loads
 # delay the first KV tile by about what the saved launch cost. With those loads before the
-# PDL wait (session 22): x0.95-0.98 per layer at batch 96-256, workload -6.5%.
+# PDL wait (session 22, code in af97000): x0.95-0.98 per layer at batch 96-256, workload
+# -6.5%; reverted.
 FUSED_QK_ENABLED = os.environ.get("STRIXLM_ATTN_FUSE_QK", "0") == "1"
 # fp8 caches read as byte pairs (see fp8_pairs); opt-in until it has run on a GPU.
 FP8_PAIRS_ENABLED = os.environ.get("STRIXLM_ATTN_FP8_PAIRS", "0") == "1"

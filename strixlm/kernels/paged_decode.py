@@ -42,7 +42,7 @@ from strixlm.kernels.paged_attention import (
     merge_segments,
     segment_buffers,
 )
-from strixlm.kernels.pdl import EARLY_LOADS, pdl_enabled
+from strixlm.kernels.pdl import pdl_enabled
 from strixlm.kernels.qk_norm_rope import QKNormRopeWrite
 
 if HAS_TRITON:
@@ -56,7 +56,7 @@ if HAS_TRITON:
         store_segment_partial,
     )
     from strixlm.kernels.pdl import pdl_prologue
-    from strixlm.kernels.qk_norm_rope import norm_rope_decode_items, norm_rope_decode_tables
+    from strixlm.kernels.qk_norm_rope import norm_rope_decode_items
 
     try:
         from triton.language.extra.cuda import globaltimer, smid
@@ -210,7 +210,6 @@ if HAS_TRITON:
         TIMING: tl.constexpr,
         DYNAMIC: tl.constexpr,
         PDL: tl.constexpr,
-        EARLY: tl.constexpr = False,
     ):
         p = tl.program_id(0)
         n_prog = tl.num_programs(0)
@@ -241,13 +240,6 @@ if HAS_TRITON:
         ends = tl.cumsum(tiles, axis=0)
         firsts = ends - tiles
         total = tl.sum(tiles, axis=0)
-        if FUSE_QK:
-            toks = q_lo.to(tl.int64)
-            if EARLY:  # positions, cos / sin, norm weights, slots: none written by the qkv GEMM
-                cos, sin, qw1, qw2, kw1, kw2, slot = norm_rope_decode_tables(
-                    pos_ptr, slot_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, toks, live, pos_stride,
-                    cos_stride, sin_stride, HALF,
-                )  # fmt: skip
         # The deal reads only the step's inputs, written before the previous kernel (which
         # waited for them before it let this one start): the wait for the previous
         # kernel's q and K/V comes after it.
@@ -271,16 +263,12 @@ if HAS_TRITON:
             # This program owns its sequences' q heads of this kv head and their new K/V
             # (NUM_SEGS is 1): prepare them before any tile is read, then a barrier so
             # every thread of the program sees the stores (the tile loop reads them back).
-            if not EARLY:
-                cos, sin, qw1, qw2, kw1, kw2, slot = norm_rope_decode_tables(
-                    pos_ptr, slot_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, toks, live, pos_stride,
-                    cos_stride, sin_stride, HALF,
-                )  # fmt: skip
             norm_rope_decode_items(
-                q_ptr, k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, cos, sin, qw1, qw2, kw1, kw2,
-                slot, toks, live, kv_head, stride_qt, stride_qh, stride_kt, stride_kh,
-                stride_vt, stride_vh, qk_eps, k_scale, v_scale, stride_cb, stride_cs,
-                stride_ch, G, BLOCK_G, HALF, BLOCK_SIZE, FP8,
+                q_ptr, k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, pos_ptr, slot_ptr, qw_ptr,
+                kw_ptr, cos_ptr, sin_ptr, q_lo.to(tl.int64), live, kv_head, stride_qt,
+                stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, pos_stride, cos_stride,
+                sin_stride, qk_eps, k_scale, v_scale, stride_cb, stride_cs, stride_ch,
+                G, BLOCK_G, HALF, BLOCK_SIZE, FP8,
             )  # fmt: skip
             tl.debug_barrier()
         head_off = kv_head * stride_ch
@@ -475,7 +463,6 @@ def paged_decode_persistent(
         TIMING=timing is not None,
         DYNAMIC=n_dyn > 0,
         PDL=pdl,
-        EARLY=pdl and EARLY_LOADS,
         num_warps=num_warps,
         num_stages=num_stages,
         launch_pdl=pdl,

@@ -88,45 +88,30 @@ if HAS_TRITON:
         return o1, o2, mask
 
     @triton.jit
-    def norm_rope_decode_tables(
-        pos_ptr, slot_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, toks, live, pos_stride,
-        cos_stride, sin_stride, HALF: tl.constexpr,
+    def norm_rope_decode_items(
+        q_ptr, k_ptr, v_ptr, kc_ptr, vc_ptr, pos_ptr, slot_ptr, qw_ptr, kw_ptr, cos_ptr,
+        sin_ptr, toks, live, kv_head, q_s0, q_s1, k_s0, k_s1, v_s0, v_s1, pos_stride,
+        cos_stride, sin_stride, eps, k_scale, v_scale, stride_cb, stride_cs, stride_ch,
+        G: tl.constexpr, BLOCK_G: tl.constexpr, HALF: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+        FP8: tl.constexpr,
     ):  # fmt: skip
-        # What norm_rope_decode_items reads besides q / k / v: each item's position, its cos /
-        # sin rows (a dependent pair), the norm weights and the cache slot. None of it is
-        # written by the kernel before attention, so the caller may load it before the PDL
-        # wait.
+        # What _qk_norm_rope_kernel does for one kv head of a few decode tokens (toks [I],
+        # live [I]), all items at once so their loads overlap: its G q heads and its k head
+        # normed and rotated in place, k and v written to the token's cache slot. The decode
+        # attention kernel runs this before its tile loop (then needs a barrier).
         d = tl.arange(0, HALF)
         pos = tl.load(pos_ptr + toks * pos_stride, mask=live, other=0).to(tl.int64)
         cs_row = pos[:, None] * cos_stride + d[None, :]
         cos = tl.load(cos_ptr + cs_row, mask=live[:, None], other=0.0).to(tl.float32)
         sin = tl.load(sin_ptr + pos[:, None] * sin_stride + d[None, :], mask=live[:, None],
                       other=0.0).to(tl.float32)  # fmt: skip
-        qw1 = tl.load(qw_ptr + d).to(tl.float32)
-        qw2 = tl.load(qw_ptr + HALF + d).to(tl.float32)
-        kw1 = tl.load(kw_ptr + d).to(tl.float32)
-        kw2 = tl.load(kw_ptr + HALF + d).to(tl.float32)
-        slot = tl.load(slot_ptr + toks, mask=live, other=-1).to(tl.int64)
-        return cos, sin, qw1, qw2, kw1, kw2, slot
-
-    @triton.jit
-    def norm_rope_decode_items(
-        q_ptr, k_ptr, v_ptr, kc_ptr, vc_ptr, cos, sin, qw1, qw2, kw1, kw2, slot, toks, live,
-        kv_head, q_s0, q_s1, k_s0, k_s1, v_s0, v_s1, eps, k_scale, v_scale, stride_cb,
-        stride_cs, stride_ch, G: tl.constexpr, BLOCK_G: tl.constexpr, HALF: tl.constexpr,
-        BLOCK_SIZE: tl.constexpr, FP8: tl.constexpr,
-    ):  # fmt: skip
-        # What _qk_norm_rope_kernel does for one kv head of a few decode tokens (toks [I],
-        # live [I]), all items at once so their loads overlap: its G q heads and its k head
-        # normed and rotated in place, k and v written to the token's cache slot. The decode
-        # attention kernel runs this before its tile loop (then needs a barrier); cos ... slot
-        # come from norm_rope_decode_tables.
-        d = tl.arange(0, HALF)
         # q: [I, BLOCK_G, HALF] per half.
         g = tl.arange(0, BLOCK_G)
         q_mask = live[:, None, None] & (g < G)[None, :, None] & (d < HALF)[None, None, :]
         q_rows = toks[:, None, None] * q_s0 + (kv_head * G + g)[None, :, None].to(tl.int64) * q_s1
         p1 = q_ptr + q_rows + d[None, None, :]
+        qw1 = tl.load(qw_ptr + d).to(tl.float32)
+        qw2 = tl.load(qw_ptr + HALF + d).to(tl.float32)
         o1, o2 = _norm_rotate(
             tl.load(p1, mask=q_mask, other=0.0), tl.load(p1 + HALF, mask=q_mask, other=0.0),
             qw1[None, None, :], qw2[None, None, :], eps, cos[:, None, :], sin[:, None, :], HALF,
@@ -134,8 +119,11 @@ if HAS_TRITON:
         tl.store(p1, o1, mask=q_mask)
         tl.store(p1 + HALF, o2, mask=q_mask)
         # k (one head per item) and v, then both into the slot (-1: graph padding, no write).
+        slot = tl.load(slot_ptr + toks, mask=live, other=-1).to(tl.int64)
         ok = (live & (slot >= 0))[:, None]
         k1p = k_ptr + toks[:, None] * k_s0 + kv_head * k_s1 + d[None, :]
+        kw1 = tl.load(kw_ptr + d).to(tl.float32)
+        kw2 = tl.load(kw_ptr + HALF + d).to(tl.float32)
         k1, k2 = _norm_rotate(
             tl.load(k1p, mask=live[:, None], other=0.0),
             tl.load(k1p + HALF, mask=live[:, None], other=0.0),
