@@ -12,6 +12,8 @@
 #   qwen    the standard workload twice (the first warms Triton's cache), traced; then the
 #           online benchmark (500 x 512/128, burst)
 #   nano    Nemotron 3 Nano batch-1 latency (target 4 ms) and the standard workload
+#   ncu     Nsight Compute counters for one decode step at 256 / 128 / 48 rows (NCU_SHAPES):
+#           DRAM / L2 / SM / tensor-pipe throughput per kernel (ncu_decode_step.py)
 #   prof    profile_step.py kernel tables at batch-256 decode and budget-sized prefill steps
 #   profrun the standard workload's GPU time by kernel kind over the whole run (profile_run.py)
 #   profsteps  profrun plus the idle gaps of steps 100 / 400 / 700 / 950 with their neighbours
@@ -562,6 +564,19 @@ if has fuseqkab; then  # the fused q/k prologue against the separate launch
   run fusedqk 60 python benchmarks/gpu/bench_fused_qk.py --json "$OUT/fused_qk.json"
   (export STRIXLM_ATTN_FUSE_QK=1; run tp_warm 100 $TP --model qwen3-0.6b)
   ab_tp STRIXLM_ATTN_FUSE_QK tp_fqk on1:1 off1:0 on2:1 off2:0
+fi
+if has ncu; then  # hardware counters (Nsight Compute) for one decode step per batch shape
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  echo "ncu: $NCU"; "$NCU" --version | tail -1
+  NCU_FLAGS=$(python benchmarks/gpu/ncu_decode_step.py --ncu-args)
+  for shape in ${NCU_SHAPES:-256:800 128:900 48:1000}; do
+    b=${shape%:*}; p=${shape#*:}
+    # shellcheck disable=SC2086
+    run "ncu_b$b" 300 "$NCU" --clock-control none --profile-from-start off --graph-profiling node \
+      $NCU_FLAGS -f -o "$OUT/ncu_b$b" python benchmarks/gpu/ncu_decode_step.py --batch "$b" --prompt-len "$p"
+    "$NCU" --import "$OUT/ncu_b$b.ncu-rep" --csv --page raw > "$OUT/ncu_b$b.csv"
+    python benchmarks/gpu/ncu_decode_step.py --summarize "$OUT/ncu_b$b.csv" | tee "$OUT/ncu_b$b.txt"
+  done
 fi
 if has b1serve; then
   run b1 100 python benchmarks/gpu/profile_step.py --batch 1 32 --steps 50
