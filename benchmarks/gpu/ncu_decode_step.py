@@ -54,7 +54,8 @@ def run_target(batch: int, prompt_len: int, eager: bool) -> None:
     engine = llm.engine
     params = SamplingParams(temperature=0, max_tokens=10_000, ignore_eos=True)
     for i in range(batch):
-        engine.add_request([1000 + (i + j) % 100_000 for j in range(prompt_len)], params, "delta")
+        prompt = [1000 + (i + j) % 100_000 for j in range(prompt_len)]
+        engine.add_request(prompt, params, kind="delta")
     budget = engine.config.scheduler.max_num_batched_tokens
     for _ in range(batch * prompt_len // budget + 6):
         engine.step()
