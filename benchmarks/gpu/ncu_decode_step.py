@@ -26,13 +26,23 @@ from collections import defaultdict
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
-# ncu reads these sections (their raw metric names become the CSV's columns) plus the byte
-# counters; the tensor-pipe column is found by name, since it differs across ncu versions.
-SECTIONS = ["SpeedOfLight", "LaunchStats", "Occupancy", "ComputeWorkloadAnalysis"]
-METRICS = ["dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum"]
+# Counters read per kernel: few enough for ncu to replay each kernel only a few times.
+METRICS = [
+    "gpu__time_duration.sum",
+    "dram__bytes_read.sum",
+    "dram__bytes_write.sum",
+    "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+    "lts__t_bytes.sum",
+    "lts__throughput.avg.pct_of_peak_sustained_elapsed",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",
+    "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "launch__grid_size",
+    "launch__block_size",
+]
 
 
-def run_target(batch: int, prompt_len: int, eager: bool) -> None:
+def run_target(batch: int, prompt_len: int, eager: bool, mem_frac: float) -> None:
     import torch
 
     from strixlm.engine.request import SamplingParams
@@ -49,7 +59,7 @@ def run_target(batch: int, prompt_len: int, eager: bool) -> None:
         skip_tokenizer_init=True,
         enforce_eager=eager,
         max_num_seqs=batch,
-        gpu_memory_utilization=0.5,
+        gpu_memory_utilization=mem_frac,
     )
     engine = llm.engine
     params = SamplingParams(temperature=0, max_tokens=10_000, ignore_eos=True)
@@ -116,20 +126,11 @@ def summarize(path: str) -> None:
     groups: dict[str, list[list[str]]] = defaultdict(list)
     for r in kernels:
         groups[short_name(r[name_col])].append(r)
-    tensor = next(
-        (
-            h
-            for h in head
-            if re.search(r"pipe_tensor.*pct_of_peak_sustained_(active|elapsed)", h)
-            and _has_values(kernels, col[h])
-        ),
-        None,
-    )
-    print(f"tensor-pipe column: {tensor}")
+    tensor = "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed"
     print(f"{len(kernels)} kernels profiled; times in us (ncu serialises, so no PDL overlap)")
     hdr = (
         f"{'kernel':<60} {'n':>4} {'us/launch':>9} {'total us':>9} {'DRAM%':>6} {'L2%':>5} "
-        f"{'L1%':>5} {'SM%':>5} {'TC%':>5} {'DRAM MB':>8} {'L2 MB':>8} {'occ%':>5} grid"
+        f"{'SM%':>5} {'TC%':>5} {'DRAM MB':>8} {'L2 MB':>8} {'occ%':>5} grid"
     )
     print(hdr)
     order = sorted(
@@ -147,25 +148,16 @@ def summarize(path: str) -> None:
             / n
         )
         l2_mb = sum(to_mb(r, "lts__t_bytes.sum") for r in rs) / n
-        tc = avg(tensor) if tensor else float("nan")
+        tc = avg(tensor)
         grid = rs[0][col["launch__grid_size"]] if "launch__grid_size" in col else "?"
-        cl = ""
-        if "launch__cluster_dim_x" in col and "launch__cluster_dim_y" in col:
-            cx, cy = rs[0][col["launch__cluster_dim_x"]], rs[0][col["launch__cluster_dim_y"]]
-            cl = f" cluster {cx}x{cy}"
         print(
             f"{name:<60} {n:>4} {t:>9.2f} {t * n:>9.1f} "
-            f"{avg('dram__throughput.avg.pct_of_peak_sustained_elapsed'):>6.1f} "
+            f"{avg('gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed'):>6.1f} "
             f"{avg('lts__throughput.avg.pct_of_peak_sustained_elapsed'):>5.1f} "
-            f"{avg('l1tex__throughput.avg.pct_of_peak_sustained_elapsed'):>5.1f} "
             f"{avg('sm__throughput.avg.pct_of_peak_sustained_elapsed'):>5.1f} {tc:>5.1f} "
             f"{dram_mb:>8.2f} {l2_mb:>8.2f} "
-            f"{avg('sm__warps_active.avg.pct_of_peak_sustained_active'):>5.1f} {grid}{cl}"
+            f"{avg('sm__warps_active.avg.pct_of_peak_sustained_active'):>5.1f} {grid}"
         )
-
-
-def _has_values(rows: list[list[str]], i: int) -> bool:
-    return any(i < len(r) and r[i] not in ("", "n/a") for r in rows)
 
 
 def main() -> None:
@@ -173,15 +165,16 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--prompt-len", type=int, default=800)
     ap.add_argument("--eager", action="store_true")
+    ap.add_argument("--mem-frac", type=float, default=0.5, help="gpu_memory_utilization")
     ap.add_argument("--summarize", metavar="CSV")
     ap.add_argument("--ncu-args", action="store_true", help="print ncu's section / metric flags")
     args = ap.parse_args()
     if args.ncu_args:
-        print(" ".join(f"--section {s}" for s in SECTIONS), "--metrics", ",".join(METRICS))
+        print("--metrics", ",".join(METRICS))
     elif args.summarize:
         summarize(args.summarize)
     else:
-        run_target(args.batch, args.prompt_len, args.eager)
+        run_target(args.batch, args.prompt_len, args.eager, args.mem_frac)
 
 
 if __name__ == "__main__":

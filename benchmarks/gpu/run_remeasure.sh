@@ -569,11 +569,13 @@ if has ncu; then  # hardware counters (Nsight Compute) for one decode step per b
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
   echo "ncu: $NCU"; "$NCU" --version | tail -1
   NCU_FLAGS=$(python benchmarks/gpu/ncu_decode_step.py --ncu-args)
-  for shape in ${NCU_SHAPES:-256:800 128:900 48:1000}; do
-    b=${shape%:*}; p=${shape#*:}
+  # batch:prompt:memory fraction (a small KV pool keeps ncu's per-pass memory restore short)
+  for shape in ${NCU_SHAPES:-256:800:0.3 128:900:0.15 48:1000:0.1}; do
+    IFS=: read -r b p m <<< "$shape"
     # shellcheck disable=SC2086
-    run "ncu_b$b" 300 "$NCU" --clock-control none --profile-from-start off --graph-profiling node \
-      $NCU_FLAGS -f -o "$OUT/ncu_b$b" python benchmarks/gpu/ncu_decode_step.py --batch "$b" --prompt-len "$p"
+    run "ncu_b$b" "${NCU_LIMIT:-200}" "$NCU" --clock-control none --profile-from-start off \
+      --graph-profiling node --launch-count "${NCU_COUNT:-60}" $NCU_FLAGS -f -o "$OUT/ncu_b$b" \
+      python benchmarks/gpu/ncu_decode_step.py --batch "$b" --prompt-len "$p" --mem-frac "$m"
     "$NCU" --import "$OUT/ncu_b$b.ncu-rep" --csv --page raw > "$OUT/ncu_b$b.csv"
     python benchmarks/gpu/ncu_decode_step.py --summarize "$OUT/ncu_b$b.csv" | tee "$OUT/ncu_b$b.txt"
   done
