@@ -12,7 +12,6 @@
 #   qwen    the standard workload twice (the first warms Triton's cache), traced; then the
 #           online benchmark (500 x 512/128, burst)
 #   nano    Nemotron 3 Nano batch-1 latency (target 4 ms) and the standard workload
-#   balab   the split decode grid with balanced program counts: tail sweep, workload A/B
 #   ncu     Nsight Compute counters for one decode step at 256 / 128 / 48 rows (NCU_SHAPES):
 #           DRAM / L2 / SM / tensor-pipe throughput per kernel (ncu_decode_step.py)
 #   prof    profile_step.py kernel tables at batch-256 decode and budget-sized prefill steps
@@ -565,11 +564,6 @@ if has fuseqkab; then  # the fused q/k prologue against the separate launch
   run fusedqk 60 python benchmarks/gpu/bench_fused_qk.py --json "$OUT/fused_qk.json"
   (export STRIXLM_ATTN_FUSE_QK=1; run tp_warm 100 $TP --model qwen3-0.6b)
   ab_tp STRIXLM_ATTN_FUSE_QK tp_fqk on1:1 off1:0 on2:1 off2:0
-fi
-if has balab; then  # the split decode grid with its program count balanced (P per round)
-  run tailbal 200 python benchmarks/gpu/sweep_decode_attn.py --tail-balanced
-  run tp_warm 100 $TP --model qwen3-0.6b
-  ab_tp STRIXLM_ATTN_BALANCED_SPLIT tp_bal on1:1 off1:0 on2:1 off2:0
 fi
 if has ncu; then  # hardware counters (Nsight Compute) for one decode step per batch shape
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)

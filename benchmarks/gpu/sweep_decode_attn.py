@@ -171,32 +171,6 @@ TAIL_SHAPES = [
 TAIL_KNOBS = [(2, 0.6), (3, 0.6), (4, 0.6), (6, 0.6), (4, 0.9), (4, 1.25)]
 
 
-def tail_balanced(name, q, cache, md, ctxs, order, kv_bytes) -> dict:
-    """The heuristic's config with the split grid's program count balanced or not
-    (paged_decode.BALANCED_SPLIT): same outputs, time and TB/s for each."""
-    from strixlm.kernels import paged_decode as pdk
-
-    sms = pa.num_sms(q.device)
-    cfg = pa.select_config(HQ, HKV, D, len(ctxs), 1, 40960, sms)
-    saved = pdk.BALANCED_SPLIT
-    row = {"shape": name, "config": str(cfg)}
-    outs = []
-    try:
-        for bal in (False, True):
-            pdk.BALANCED_SPLIT = bal
-            fn = attn_call(q, cache, md, False, cfg, seq_order=order)
-            outs.append(fn())
-            row["balanced" if bal else "full"] = graph_time_us(fn)
-    finally:
-        pdk.BALANCED_SPLIT = saved
-    full, bal = row["full"], row["balanced"]
-    print(f"  {name}: {cfg.num_splits} segs persistent {cfg.persistent}: full grid"
-          f" {full:7.1f} us ({kv_bytes / full / 1e6:.2f} TB/s), balanced {bal:7.1f} us"
-          f" ({kv_bytes / bal / 1e6:.2f} TB/s), x{full / bal:.3f};"
-          f" rel {rel_err(outs[1], outs[0])[0]:.1e}", flush=True)  # fmt: skip
-    return row
-
-
 def tail_knobs(name, q, cache, md, ctxs, order, kv_bytes) -> dict:
     """The heuristic's choice at each TAIL_KNOBS setting (each distinct config timed once)."""
     from strixlm.kernels import paged_decode as pdk
@@ -289,11 +263,6 @@ def main() -> None:
     ap.add_argument(
         "--tail", action="store_true", help="the run's small-batch tail: split heuristic knobs"
     )
-    ap.add_argument(
-        "--tail-balanced",
-        action="store_true",
-        help="the tail's shapes (and equal contexts) with the split grid balanced or not",
-    )
     args = ap.parse_args()
     deadline = time.monotonic() + args.budget_s
     results = []
@@ -304,8 +273,6 @@ def main() -> None:
         shapes = TILE_COST_SHAPES
     elif args.tail:
         shapes = TAIL_SHAPES
-    elif args.tail_balanced:
-        shapes = TAIL_SHAPES + [(f"b{b} ctx 1000", [1000] * b) for b in (48, 64, 79)]
     for name, ctxs in shapes:
         if time.monotonic() > deadline:
             print(f"{name}: skipped (time budget spent)")
@@ -317,18 +284,11 @@ def main() -> None:
         kv_bytes = sum(ctxs) * HKV * D * 2 * cache.element_size()
         sms = pa.num_sms(q.device)
         heur = pa.select_config(HQ, HKV, D, b, 1, max(ctxs), sms)
-        if (
-            args.persistent
-            or args.split_persistent
-            or args.tile_cost
-            or args.tail
-            or args.tail_balanced
-        ):
+        if args.persistent or args.split_persistent or args.tile_cost or args.tail:
             order = torch.tensor(sorted(range(b), key=lambda i: -ctxs[i]), dtype=torch.int32)
             ab = split_persistent_ab if args.split_persistent else persistent_ab
             ab = tile_cost if args.tile_cost else ab
             ab = tail_knobs if args.tail else ab
-            ab = tail_balanced if args.tail_balanced else ab
             results.append(ab(name, q, cache, md, ctxs, order.to(q.device), kv_bytes))
             del cache
             torch.cuda.empty_cache()

@@ -86,13 +86,6 @@ PERSISTENT_SPLIT_MIN_ITEMS = float(os.environ.get("STRIXLM_ATTN_PERSISTENT_SPLIT
 # 2026-12-01): with a static deal programs ended 13-58 us apart within 130-270 us launches,
 # even with identical tiles each (busy / span 0.87-0.96).
 DYNAMIC_FRAC = float(os.environ.get("STRIXLM_ATTN_DYNAMIC_FRAC", "0.6"))
-# Program count per kv head for split grids (whose items, segments, are of similar
-# length): "0" (default) runs the full grid; "1" takes P = ceil(items / rounds) programs,
-# rounds = ceil(items / full grid), so every program gets the same number of items.
-# Without it, 96 equal items (48 sequences x 2 segments)
-# over 66 programs leave 36 programs idle through the second round (ncu at batch 48,
-# 2026-12-03: 67.6% of DRAM peak against 89% at batch 256). For A/B runs; read at import.
-BALANCED_SPLIT = os.environ.get("STRIXLM_ATTN_BALANCED_SPLIT", "0") == "1"
 _COUNTERS: dict[tuple[torch.device, int], torch.Tensor] = {}
 
 
@@ -118,16 +111,11 @@ def dynamic_count(num_seqs: int, dynamic_frac: float | None = None) -> int:
     return min(num_seqs, int(num_seqs * frac))
 
 
-def persistent_programs(num_seqs: int, num_kv_heads: int, sms: int, balanced: bool = False) -> int:
+def persistent_programs(num_seqs: int, num_kv_heads: int, sms: int) -> int:
     """Programs per kv head (P): PERSISTENT_CTAS_PER_SM per SM in all, at most one per
-    sequence (item). balanced: the fewest programs that still finish in the same number
-    of rounds, so that each gets the same number of items."""
+    sequence."""
     per_head = max(1, (sms * PERSISTENT_CTAS_PER_SM) // max(1, num_kv_heads))
-    p = max(1, min(num_seqs, per_head))
-    if balanced:
-        rounds = -(-num_seqs // p)
-        p = -(-num_seqs // rounds)
-    return p
+    return max(1, min(num_seqs, per_head))
 
 
 def use_persistent(num_seqs: int, num_kv_heads: int, max_query_len: int, sms: int) -> bool:
@@ -415,7 +403,7 @@ def paged_decode_persistent(
     g = hq // hkv
     assert block_m >= g
     items = num_seqs * num_segs
-    n_prog = num_programs or persistent_programs(items, hkv, sms, BALANCED_SPLIT and num_segs > 1)
+    n_prog = num_programs or persistent_programs(items, hkv, sms)
     # The fused q/k prologue covers the dealt sequences only: no dynamic ones with it.
     n_dyn = dynamic_count(num_seqs, dynamic_frac) if qk is None else 0
     counters = dynamic_counters(q.device, hkv) if n_dyn else None
