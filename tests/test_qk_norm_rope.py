@@ -239,11 +239,13 @@ def test_attention_dispatch(monkeypatch) -> None:
     _assert_close(k, want_k)
 
 
+@pytest.mark.parametrize("separate_v", [True, False])
 @pytest.mark.parametrize("cache_dtype", [torch.bfloat16, torch.float8_e4m3fn])
-def test_fused_cache_write_is_kv_write(cache_dtype) -> None:
+def test_fused_cache_write_is_kv_write(cache_dtype, separate_v, monkeypatch) -> None:
     """With the cache, the fused launch also stores rotated k and v at each token's slot,
     exactly as the separate kv_write kernel does (fp8: the same e4m3 rounding and scales);
-    slot -1 (graph padding) writes nothing."""
+    slot -1 (graph padding) writes nothing. v is copied by a program of its own or by k's."""
+    monkeypatch.setattr(k_fused, "SEPARATE_V_ENABLED", separate_v)
     t, hq, hk, d, bs, blocks = 5, 4, 2, 32, 4, 6
     dtype = torch.bfloat16
     g = _gen(23)
@@ -315,9 +317,10 @@ sig = dict(q_ptr="*bf16", k_ptr="*bf16", pos_ptr="*i64", qw_ptr="*bf16", kw_ptr=
 for write, fp8 in ((True, True), (True, False), (False, False)):
     cache = "*fp8e4nv" if fp8 else "*bf16"
     s = dict(sig, kc_ptr=cache, vc_ptr=cache)
-    for early in (True, False) if write else (False,):
+    pairs = ((True, True), (True, False), (False, True)) if write else ((False, False),)
+    for early, sep_v in pairs:
         c = dict(BLOCK_H=16, BLOCK_HALF=64, WRITE_KV=write, BLOCK_SIZE=16, FP8=fp8, PDL=write,
-                 EARLY=early)
+                 EARLY=early, SEPARATE_V=sep_v)
         src = ASTSource(m._qk_norm_rope_kernel, {**s, **{k: "constexpr" for k in c}}, c)
         k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
         ptx = k.asm["ptx"]

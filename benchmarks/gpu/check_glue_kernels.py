@@ -115,6 +115,49 @@ def check_gemv_epilogues() -> int:
     return fails
 
 
+def check_qk_cache_write(rot: RotaryEmbedding) -> int:
+    """qk_norm_rope with the K/V cache write (v by a program of its own or by k's, as
+    STRIXLM_QK_SEPARATE_V picks) at the decode step's shape: the cache rows at each slot
+    hold the kernel's own rotated k and the untouched v; padding slots (-1) write nothing;
+    every other row keeps its contents. Also the graph replay time of the launch."""
+    import strixlm.kernels.qk_norm_rope as qknr
+
+    dev, hq, hkv, d, bs, blocks = "cuda", 16, 8, 128, 16, 4096
+    fails, saved = 0, qknr.SEPARATE_V_ENABLED
+    for t in (1, 256):
+        for separate_v in (True, False):
+            qknr.SEPARATE_V_ENABLED = separate_v
+            g = torch.Generator(device=dev).manual_seed(100 + t)
+            qkv = torch.randn(t, (hq + 2 * hkv) * d, device=dev, dtype=torch.bfloat16, generator=g)
+            q = qkv[:, : hq * d].view(t, hq, d)
+            k = qkv[:, hq * d : (hq + hkv) * d].view(t, hkv, d)
+            v = qkv[:, (hq + hkv) * d :].view(t, hkv, d)
+            pos = torch.randint(0, 40960, (t,), device=dev, generator=g)
+            slots = torch.randperm(blocks * bs, device=dev, generator=g)[:t]
+            if t > 1:
+                slots[-3:] = -1  # graph padding rows
+            wq = (1 + 0.1 * torch.randn(d, device=dev, generator=g)).bfloat16()
+            wk = (1 + 0.1 * torch.randn(d, device=dev, generator=g)).bfloat16()
+            cache = torch.randn(2, blocks, bs, hkv, d, device=dev, generator=g).bfloat16()
+            before = cache.clone()
+            args = (pos, q, k, wq, wk, 1e-6, rot.cos, rot.sin)
+            kw = dict(v=v, kv_cache=cache, slot_mapping=slots)
+            qk_norm_rope_inplace(*args, **kw)
+            live = slots >= 0
+            expect = before.clone()
+            expect[0].view(-1, hkv, d)[slots[live]] = k[live]
+            expect[1].view(-1, hkv, d)[slots[live]] = v[live]
+            ok = torch.equal(cache, expect)
+            fails += not ok
+            t_us = graph_time_us(lambda a=args, kw=kw: qk_norm_rope_inplace(*a, **kw))
+            print(
+                f"{'PASS' if ok else 'FAIL'} qk_norm_rope + cache write T={t} separate v "
+                f"{separate_v}: cache rows equal {ok}; {t_us:.2f} us per call (graph replay)"
+            )
+    qknr.SEPARATE_V_ENABLED = saved
+    return fails
+
+
 def main() -> int:
     dev, hq, hkv, d = "cuda", 16, 8, 128
     rot = RotaryEmbedding(d, 40960, 1e6).to(dev)
@@ -151,7 +194,8 @@ def main() -> int:
                 f"{'PASS' if ok else 'FAIL'} {dtype} T={t}: max rel err {max(errs):.2e}, "
                 f"{100 * same:.2f}% bit-identical; {t_us:.1f} us per call (graph replay)"
             )
-    fails += check_gated_rmsnorm() + check_moe_routing() + check_gemv_epilogues()
+    fails += check_qk_cache_write(rot) + check_gated_rmsnorm() + check_moe_routing()
+    fails += check_gemv_epilogues()
     if fails == 0:
         print("ALL PASS")
     return 1 if fails else 0

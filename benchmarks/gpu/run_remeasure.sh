@@ -12,6 +12,7 @@
 #   qwen    the standard workload twice (the first warms Triton's cache), traced; then the
 #           online benchmark (500 x 512/128, burst)
 #   nano    Nemotron 3 Nano batch-1 latency (target 4 ms) and the standard workload
+#   sepv    qk_norm_rope's v cache write in a third program: glue check, workload A/B, e2e
 #   ncu     Nsight Compute counters for one decode step at 256 / 128 / 48 rows (NCU_SHAPES):
 #           DRAM / L2 / SM / tensor-pipe throughput per kernel (ncu_decode_step.py)
 #   prof    profile_step.py kernel tables at batch-256 decode and budget-sized prefill steps
@@ -564,6 +565,14 @@ if has fuseqkab; then  # the fused q/k prologue against the separate launch
   run fusedqk 60 python benchmarks/gpu/bench_fused_qk.py --json "$OUT/fused_qk.json"
   (export STRIXLM_ATTN_FUSE_QK=1; run tp_warm 100 $TP --model qwen3-0.6b)
   ab_tp STRIXLM_ATTN_FUSE_QK tp_fqk on1:1 off1:0 on2:1 off2:0
+fi
+if has sepv; then  # qk_norm_rope's v cache write in a program of its own
+  run glue 150 python benchmarks/gpu/check_glue_kernels.py
+  grep -E "cache write|ALL PASS|FAIL" "$OUT/glue.log"
+  run tp_warm 100 $TP --model qwen3-0.6b
+  ab_tp STRIXLM_QK_SEPARATE_V tp_sepv on1:1 off1:0 on2:1 off2:0
+  run e2e 240 python benchmarks/gpu/check_e2e.py
+  grep -E "match|exact" "$OUT/e2e.log" | head -8
 fi
 if has ncu; then  # hardware counters (Nsight Compute) for one decode step per batch shape
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)

@@ -10,6 +10,7 @@ then the rotation in fp32 with the fp32 cos/sin rows, rounded to the input dtype
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -17,6 +18,10 @@ import torch
 from strixlm.kernels.kv_write import FP8_DTYPE
 from strixlm.kernels.pdl import EARLY_LOADS, pdl_enabled
 from strixlm.layers.rotary import RotaryEmbedding
+
+# The v cache write in a program of its own (a third per token) instead of after k's in
+# the k program; STRIXLM_QK_SEPARATE_V=0 keeps it there (read at import, for A/B runs).
+SEPARATE_V_ENABLED = os.environ.get("STRIXLM_QK_SEPARATE_V", "1") != "0"
 
 try:
     import triton
@@ -179,6 +184,7 @@ if HAS_TRITON:
         FP8: tl.constexpr,
         PDL: tl.constexpr,
         EARLY: tl.constexpr = False,
+        SEPARATE_V: tl.constexpr = False,
     ):
         # EARLY: the position, its cos / sin rows, the norm weights and the cache slot (written
         # by earlier kernels of the step, or by none) are loaded before the PDL wait, so the
@@ -189,9 +195,21 @@ if HAS_TRITON:
         # Two programs per token, one for the q heads and one for k (and the cache write of
         # k and v): decode steps have few tokens, and one program doing both serialized
         # the two halves' load latencies. Each loads its cos/sin row and weight once and
-        # loops over its heads in blocks of BLOCK_H.
+        # loops over its heads in blocks of BLOCK_H. SEPARATE_V: a third program copies v
+        # to the cache, so that its load -> store does not wait behind k's (the k stores
+        # may alias v for all the compiler knows, so it keeps v's loads after them).
         tok = tl.program_id(0).to(tl.int64)
         do_q = tl.program_id(1) == 0
+        if SEPARATE_V:
+            if tl.program_id(1) == 2:
+                slot = tl.load(slot_ptr + tok).to(tl.int64)
+                if EARLY:
+                    pdl_prologue(PDL)
+                _copy_v_to_cache(
+                    v_ptr + tok * v_s0, v_s1, vc_ptr, slot, v_scale, n_k_heads, half,
+                    stride_cb, stride_cs, stride_ch, BLOCK_H, BLOCK_HALF, BLOCK_SIZE, FP8,
+                )  # fmt: skip
+                return
         pos = tl.load(pos_ptr + tok * pos_stride).to(tl.int64)
         d = tl.arange(0, BLOCK_HALF)
         d_mask = d < half
@@ -234,17 +252,31 @@ if HAS_TRITON:
                 ty = kc_ptr.dtype.element_ty
                 tl.store(kc_ptr + dst, cache_value(o1, k_scale, FP8).to(ty), mask=ok)
                 tl.store(kc_ptr + dst + half, cache_value(o2, k_scale, FP8).to(ty), mask=ok)
-        if WRITE_KV:
-            v_base = v_ptr + tok * v_s0
-            for h0 in range(0, n_k_heads, BLOCK_H):
-                hh = (h0 + h)[:, None].to(tl.int64)
-                mask = (hh < n_k_heads) & d_mask[None, :] & (slot >= 0)
-                src = v_base + hh * v_s1 + d[None, :]
-                dst = cache_row + hh * stride_ch + d[None, :]
-                ty = vc_ptr.dtype.element_ty
-                for part in tl.static_range(2):
-                    x = cache_value(tl.load(src + part * half, mask=mask, other=0.0), v_scale, FP8)
-                    tl.store(vc_ptr + dst + part * half, x.to(ty), mask=mask)
+        if WRITE_KV and not SEPARATE_V:
+            _copy_v_to_cache(
+                v_ptr + tok * v_s0, v_s1, vc_ptr, slot, v_scale, n_k_heads, half,
+                stride_cb, stride_cs, stride_ch, BLOCK_H, BLOCK_HALF, BLOCK_SIZE, FP8,
+            )  # fmt: skip
+
+    @triton.jit
+    def _copy_v_to_cache(
+        v_base, v_s1, vc_ptr, slot, v_scale, n_k_heads, half, stride_cb, stride_cs,
+        stride_ch, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr,
+        BLOCK_SIZE: tl.constexpr, FP8: tl.constexpr,
+    ):  # fmt: skip
+        # One token's v heads into its cache slot (slot -1, graph padding: nothing).
+        d = tl.arange(0, BLOCK_HALF)
+        h = tl.arange(0, BLOCK_H)
+        cache_row = (slot // BLOCK_SIZE) * stride_cb + (slot % BLOCK_SIZE) * stride_cs
+        for h0 in range(0, n_k_heads, BLOCK_H):
+            hh = (h0 + h)[:, None].to(tl.int64)
+            mask = (hh < n_k_heads) & (d < half)[None, :] & (slot >= 0)
+            src = v_base + hh * v_s1 + d[None, :]
+            dst = cache_row + hh * stride_ch + d[None, :]
+            ty = vc_ptr.dtype.element_ty
+            for part in tl.static_range(2):
+                x = cache_value(tl.load(src + part * half, mask=mask, other=0.0), v_scale, FP8)
+                tl.store(vc_ptr + dst + part * half, x.to(ty), mask=mask)
 
 
 def qk_norm_rope_inplace(
@@ -298,7 +330,8 @@ def qk_norm_rope_inplace(
         v, kc, vc, slot_mapping = k, k, k, positions  # never read without WRITE_KV
     block_h, block_half = head_tiles(n_q_heads, k.shape[1], half)
     pdl = pdl_enabled(q)
-    _qk_norm_rope_kernel[(t, 2)](
+    separate_v = write and SEPARATE_V_ENABLED
+    _qk_norm_rope_kernel[(t, 3 if separate_v else 2)](
         q,
         k,
         positions,
@@ -335,6 +368,7 @@ def qk_norm_rope_inplace(
         FP8=write and kv_cache.dtype == FP8_DTYPE,
         PDL=pdl,
         EARLY=pdl and EARLY_LOADS,
+        SEPARATE_V=separate_v,
         num_warps=4,
         launch_pdl=pdl,
     )
