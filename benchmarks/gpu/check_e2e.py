@@ -23,6 +23,9 @@ import weakref
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from dummy_engine import dummy_llm  # noqa: E402
 
 from strixlm.engine.request import SamplingParams  # noqa: E402
 from strixlm.entrypoints.llm import LLM  # noqa: E402
@@ -136,23 +139,11 @@ def check_vs_hf() -> None:
 
 
 def decode_latency() -> None:
-    model = os.path.join(
-        os.path.dirname(__file__), "..", "..", "strixlm", "benchmarks", "configs", "qwen3-0.6b"
-    )
     prompt = list(range(1000, 1512))
     for eager in (True, False):
         key = f"latency/{'eager' if eager else 'graphs'}"
         try:
-            llm = LLM(
-                model,
-                load_format="dummy",
-                device="cuda",
-                dtype="bfloat16",
-                skip_tokenizer_init=True,
-                enforce_eager=eager,
-                max_num_seqs=16,
-                gpu_memory_utilization=0.5,
-            )
+            llm = dummy_llm(16, eager=eager)
             engine = llm.engine
             for n_out in (8, 8):  # warm-up
                 llm.generate(

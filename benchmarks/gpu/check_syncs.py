@@ -38,7 +38,6 @@ sys.path.insert(0, ROOT)
 
 from strixlm.engine.request import SamplingParams  # noqa: E402
 
-MODEL = os.path.join(ROOT, "strixlm", "benchmarks", "configs", "qwen3-0.6b")
 SYNC_TEXT = "synchroniz"  # "called a synchronizing CUDA operation"
 Frame = tuple[str, int, str]  # (file, line, function)
 
@@ -216,18 +215,9 @@ def run_path(llm, name: str, params: SamplingParams, args: argparse.Namespace) -
 
 
 def build(eager: bool, num_requests: int):
-    from strixlm.entrypoints.llm import LLM
+    from dummy_engine import dummy_llm
 
-    return LLM(
-        MODEL,
-        load_format="dummy",
-        device="cuda",
-        dtype="bfloat16",
-        skip_tokenizer_init=True,
-        max_num_seqs=num_requests,
-        enforce_eager=eager,
-        gpu_memory_utilization=0.3,
-    )
+    return dummy_llm(num_requests, eager=eager, mem_frac=0.3)
 
 
 def format_table(rows: list[dict]) -> str:

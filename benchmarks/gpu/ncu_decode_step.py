@@ -24,7 +24,7 @@ import re
 import sys
 from collections import defaultdict
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 # Counters read per kernel: few enough for ncu to replay each kernel only a few times.
 METRICS = [
@@ -44,31 +44,11 @@ METRICS = [
 
 def run_target(batch: int, prompt_len: int, eager: bool, mem_frac: float) -> None:
     import torch
+    from dummy_engine import dummy_llm, start_decoding
 
-    from strixlm.engine.request import SamplingParams
-    from strixlm.entrypoints.llm import LLM
-
-    model = os.path.join(
-        os.path.dirname(__file__), "..", "..", "strixlm", "benchmarks", "configs", "qwen3-0.6b"
-    )
-    llm = LLM(
-        model,
-        load_format="dummy",
-        device="cuda",
-        dtype="bfloat16",
-        skip_tokenizer_init=True,
-        enforce_eager=eager,
-        max_num_seqs=batch,
-        gpu_memory_utilization=mem_frac,
-    )
-    engine = llm.engine
-    params = SamplingParams(temperature=0, max_tokens=10_000, ignore_eos=True)
-    for i in range(batch):
-        prompt = [1000 + (i + j) % 100_000 for j in range(prompt_len)]
-        engine.add_request(prompt, params, kind="delta")
-    budget = engine.config.scheduler.max_num_batched_tokens
-    for _ in range(batch * prompt_len // budget + 6):
-        engine.step()
+    engine = dummy_llm(batch, eager=eager, mem_frac=mem_frac).engine
+    start_decoding(engine, batch, prompt_len)
+    engine.step()
     torch.cuda.synchronize()
     src = torch.empty(1 << 30, dtype=torch.bfloat16, device="cuda")
     dst = torch.empty_like(src)

@@ -19,10 +19,11 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from dummy_engine import dummy_llm, start_decoding  # noqa: E402
 
 from strixlm.engine.request import SamplingParams  # noqa: E402
-from strixlm.entrypoints.llm import LLM  # noqa: E402
 
 
 def main() -> None:
@@ -35,18 +36,11 @@ def main() -> None:
     ap.add_argument("--max-model-len", type=int, default=None)
     ap.add_argument("--prompt-len", type=int, default=512, help="decode contexts start here")
     args = ap.parse_args()
-    model = os.path.join(
-        os.path.dirname(__file__), "..", "..", "strixlm", "benchmarks", "configs", args.model
-    )
-    llm = LLM(
-        model,
-        load_format="dummy",
-        device="cuda",
-        dtype="bfloat16",
-        skip_tokenizer_init=True,
-        enforce_eager=args.eager,
-        max_num_seqs=256 if args.prefill else max(args.batch),
-        gpu_memory_utilization=0.5 if args.model == "qwen3-0.6b" else 0.9,
+    llm = dummy_llm(
+        256 if args.prefill else max(args.batch),
+        eager=args.eager,
+        mem_frac=0.5 if args.model == "qwen3-0.6b" else 0.9,
+        model=args.model,
         max_model_len=args.max_model_len,
     )
     engine = llm.engine
@@ -54,14 +48,8 @@ def main() -> None:
         profile_prefill(engine, args.steps)
         return
     for b in args.batch:
-        params = SamplingParams(temperature=0, max_tokens=10_000, ignore_eos=True)
-        for i in range(b):
-            prompt = [1000 + (i + j) % 100_000 for j in range(args.prompt_len)]
-            engine.add_request(prompt, params, kind="delta")
         # Prefill (chunked under the token budget) and warm-up, so timing is pure decode.
-        budget = engine.config.scheduler.max_num_batched_tokens
-        for _ in range(b * args.prompt_len // budget + 5):
-            engine.step()
+        start_decoding(engine, b, args.prompt_len)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         for _ in range(args.steps):
