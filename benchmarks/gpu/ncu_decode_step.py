@@ -4,8 +4,8 @@ Under ncu (`run_remeasure.sh ncu` starts it so):
     python benchmarks/gpu/ncu_decode_step.py --batch 256 --prompt-len 800
 builds the Qwen3-0.6B-shaped engine with dummy bf16 weights, prefills `batch` requests,
 decodes a few warm-up steps, then opens ncu's capture range for exactly one decode step
-(CUDA graph replays included: ncu profiles each graph node) and, for scale, a 2 GiB device
-copy and a 4096^3 bf16 matmul.
+(CUDA graph replays included: ncu profiles each graph node; the section caps it at the
+step's first NCU_COUNT launches).
 
 Afterwards, on the CSV that `ncu --csv --page raw` wrote:
     python benchmarks/gpu/ncu_decode_step.py --summarize raw.csv
@@ -50,14 +50,8 @@ def run_target(batch: int, prompt_len: int, eager: bool, mem_frac: float) -> Non
     start_decoding(engine, batch, prompt_len)
     engine.step()
     torch.cuda.synchronize()
-    src = torch.empty(1 << 30, dtype=torch.bfloat16, device="cuda")
-    dst = torch.empty_like(src)
-    a = torch.randn(4096, 4096, dtype=torch.bfloat16, device="cuda")
     torch.cuda.profiler.start()
     engine.step()
-    torch.cuda.synchronize()
-    dst.copy_(src)
-    a @ a
     torch.cuda.synchronize()
     torch.cuda.profiler.stop()
     for rid in list(engine.outputs.parents):
@@ -147,7 +141,7 @@ def main() -> None:
     ap.add_argument("--eager", action="store_true")
     ap.add_argument("--mem-frac", type=float, default=0.5, help="gpu_memory_utilization")
     ap.add_argument("--summarize", metavar="CSV")
-    ap.add_argument("--ncu-args", action="store_true", help="print ncu's section / metric flags")
+    ap.add_argument("--ncu-args", action="store_true", help="print ncu's --metrics flag")
     args = ap.parse_args()
     if args.ncu_args:
         print("--metrics", ",".join(METRICS))
