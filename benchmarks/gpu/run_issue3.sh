@@ -2,7 +2,7 @@
 # Issue 3 measurements in one device call: traced throughput (two prefill budgets), the
 # per-step profile at batch 1 and 256, the sync count, and the online serving benchmark.
 # Usage (repo root, GPU machine, wheels for fastapi/uvicorn/pydantic/gguf in .whl/):
-#   bash benchmarks/gpu/run_issue3.sh [sections...]   sections: tp prof syncs serve hf
+#   bash benchmarks/gpu/run_issue3.sh [sections...]   sections: tp prof syncs serve serve2 hf
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -41,6 +41,23 @@ if has serve; then
     --random-input-len 512 --random-output-len 128 --output-json "$OUT/serve.json" 2>&1 | tail -30
   grep -E "throughput|error|Error" /tmp/serve.log | tail -8
   kill %1; wait
+fi
+if has serve2; then  # the first-server effect: two servers in turn, each benchmarked twice
+  for s in 1 2; do
+    echo "=== server $s"
+    start=$(date +%s%N)
+    python -m strixlm.entrypoints.cli serve $M --load-format dummy --dtype bfloat16 \
+      --port 8000 --max-num-seqs 256 --max-num-batched-tokens 8192 > "$OUT/serve2_server$s.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 180); do curl -sf localhost:8000/health >/dev/null && break; sleep 0.5; done
+    echo "healthy after $(( ($(date +%s%N) - start) / 1000000 )) ms"
+    for r in 1 2; do
+      timeout 200 python -m strixlm.entrypoints.cli bench serve --port 8000 --num-prompts 500 \
+        --random-input-len 512 --random-output-len 128 --output-json "$OUT/serve2_s${s}r$r.json" \
+        2>&1 | grep -E "Request throughput|Median TTFT|P99 TTFT|Median TPOT"
+    done
+    kill $pid; wait $pid
+  done
 fi
 if has hf; then
   echo "=== throughput with the HF peer in the same run"
