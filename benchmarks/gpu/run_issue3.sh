@@ -57,6 +57,10 @@ if has serve2; then  # the first-server effect: two servers in turn, each benchm
         2>&1 | grep -E "Request throughput|Median TTFT|P99 TTFT|Median TPOT"
     done
     kill $pid; wait $pid
+    # Kernel variants that start-up missed (strixlm/kernels/variant_watch.py), each a stall.
+    grep -E "start-up built" "$OUT/serve2_server$s.log"
+    echo "late variants: $(grep -c "after start-up" "$OUT/serve2_server$s.log")"
+    grep "after start-up" "$OUT/serve2_server$s.log" | cut -c1-400 | head -20
   done
 fi
 if has hf; then

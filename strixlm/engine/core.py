@@ -12,6 +12,7 @@ from strixlm.core.scheduler import Scheduler, SchedulerOutput, SchedulerStats
 from strixlm.engine.model_info import ModelInfo
 from strixlm.engine.request import EngineCoreOutput, Request, RequestStatus
 from strixlm.engine.step_trace import StepRecord, StepTracer
+from strixlm.kernels import variant_watch
 from strixlm.worker.model_runner import ModelRunner
 from strixlm.worker.step_result import StepHandle
 
@@ -31,6 +32,9 @@ class EngineCore:
         self.config = config
         self.info = info
         t0 = time.perf_counter()
+        watching = config.device.startswith("cuda") and variant_watch.install()
+        if watching:
+            variant_watch.WATCH.start()
         self.runner = ModelRunner(config, info.hf_config, info.folder, info.max_model_len)
         num_blocks = self.runner.determine_num_blocks()
         self.runner.init_kv_cache(num_blocks)
@@ -50,6 +54,8 @@ class EngineCore:
         self.num_blocks = num_blocks
         self._in_flight: tuple[SchedulerOutput, StepHandle] | None = None
         self.tracer = StepTracer.from_env()
+        if watching:
+            variant_watch.WATCH.mark_ready()
         logger.info(
             "engine ready in %.1fs: %s on %s (%s), %d KV blocks of %d tokens (%.2f GiB)",
             time.perf_counter() - t0,

@@ -1,0 +1,101 @@
+"""Names the Triton kernel variants that first appear after the engine is ready.
+
+Triton builds one variant of a kernel per specialization: its constexprs, its argument
+dtypes, and for each int argument whether it is 1 or a multiple of 16. The first call with
+a new specialization compiles the variant, or loads it from Triton's disk cache. That call
+stalls its step. A compile takes ~0.2-1.5 s, which is what the first server on a machine
+pays, because its disk cache is cold. A cached load takes milliseconds and synchronizes
+the device.
+
+Start-up (the CUDA-graph captures and `ModelRunner.warmup_kernels`) is meant to meet every
+variant that serving needs. This watch logs each variant that start-up missed, once, with
+the time it took. The log names the argument to pin (`do_not_specialize`) or the shape to
+warm up.
+
+The hooks run only when a kernel misses Triton's in-memory cache, never on a cached
+launch, so the watch costs nothing on the hot path.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class VariantWatch:
+    """Counts kernel variants built before and after `mark_ready`; logs the late ones."""
+
+    ready: bool = False
+    early: int = 0
+    late: list[tuple[str, float]] = field(default_factory=list)  # (variant, seconds)
+    _started: dict[Any, tuple[str, float]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def on_cache_miss(self, *, key: Any, repr: str, **_: Any) -> bool:
+        """Triton's jit_cache_hook: called before a variant is compiled or loaded. Returns
+        False, which tells Triton to go on and build it."""
+        with self._lock:
+            self._started[_hashable(key)] = (repr, time.perf_counter())
+        return False
+
+    def on_built(self, *, key: Any, repr: str, **_: Any) -> None:
+        """Triton's jit_post_compile_hook: the variant is built and in memory."""
+        with self._lock:
+            _, t0 = self._started.pop(_hashable(key), (repr, time.perf_counter()))
+            seconds = time.perf_counter() - t0
+            if not self.ready:
+                self.early += 1
+                return
+            self.late.append((repr, seconds))
+        logger.warning(
+            "Triton built a kernel variant after start-up (%.0f ms; this step waited for it): %s",
+            1e3 * seconds,
+            repr,
+        )
+
+    def start(self) -> None:
+        """A start-up begins (an engine is being built): variants count as early again."""
+        with self._lock:
+            self.ready = False
+
+    def mark_ready(self) -> None:
+        """From now on every new variant is one that start-up missed."""
+        with self._lock:
+            self.ready = True
+        logger.info("start-up built %d Triton kernel variants", self.early)
+
+
+def _hashable(key: Any) -> Any:
+    """Triton's variant key holds lists and dicts; a repr of it is stable and hashable."""
+    try:
+        hash(key)
+        return key
+    except TypeError:
+        return repr(key)
+
+
+WATCH = VariantWatch()
+
+
+def install(watch: VariantWatch = WATCH) -> bool:
+    """Set Triton's compile hooks to `watch` unless another hook is in place (then leave
+    it alone). Returns whether the watch is installed. Without Triton there is nothing to
+    watch."""
+    try:
+        from triton import knobs
+    except ImportError:
+        return False
+    rt = knobs.runtime
+    mine = (watch.on_cache_miss, watch.on_built)
+    if (rt.jit_cache_hook, rt.jit_post_compile_hook) == mine:
+        return True
+    if rt.jit_cache_hook is not None or rt.jit_post_compile_hook is not None:
+        return False
+    rt.jit_cache_hook, rt.jit_post_compile_hook = mine
+    return True
