@@ -52,8 +52,10 @@ if has serve2; then  # the first-server effect: two servers in turn, each benchm
     for _ in $(seq 180); do curl -sf localhost:8000/health >/dev/null && break; sleep 0.5; done
     echo "healthy after $(( ($(date +%s%N) - start) / 1000000 )) ms"
     for r in 1 2; do
+      # A seed per run: the same prompts again would hit the prefix cache.
       timeout 200 python -m strixlm.entrypoints.cli bench serve --port 8000 --num-prompts 500 \
-        --random-input-len 512 --random-output-len 128 --output-json "$OUT/serve2_s${s}r$r.json" \
+        --random-input-len 512 --random-output-len 128 --seed "$s$r" \
+        --output-json "$OUT/serve2_s${s}r$r.json" \
         2>&1 | grep -E "Request throughput|Median TTFT|P99 TTFT|Median TPOT"
     done
     kill $pid; wait $pid
