@@ -46,8 +46,9 @@ if has serve2; then  # the first-server effect: two servers in turn, each benchm
   for s in 1 2; do
     echo "=== server $s"
     start=$(date +%s%N)
-    python -m strixlm.entrypoints.cli serve $M --load-format dummy --dtype bfloat16 \
-      --port 8000 --max-num-seqs 256 --max-num-batched-tokens 8192 > "$OUT/serve2_server$s.log" 2>&1 &
+    STRIXLM_VARIANT_WATCH=1 python -m strixlm.entrypoints.cli serve $M --load-format dummy \
+      --dtype bfloat16 --port 8000 --max-num-seqs 256 --max-num-batched-tokens 8192 \
+      > "$OUT/serve2_server$s.log" 2>&1 &
     pid=$!
     for _ in $(seq 180); do curl -sf localhost:8000/health >/dev/null && break; sleep 0.5; done
     echo "healthy after $(( ($(date +%s%N) - start) / 1000000 )) ms"

@@ -32,7 +32,9 @@ class EngineCore:
         self.config = config
         self.info = info
         t0 = time.perf_counter()
-        watching = config.device.startswith("cuda") and variant_watch.install()
+        watching = (
+            variant_watch.ENABLED and config.device.startswith("cuda") and variant_watch.install()
+        )
         if watching:
             variant_watch.WATCH.start()
         self.runner = ModelRunner(config, info.hf_config, info.folder, info.max_model_len)

@@ -13,18 +13,25 @@ the time it took. The log names the argument to pin (`do_not_specialize`) or the
 warm up.
 
 The hooks run only when a kernel misses Triton's in-memory cache, never on a cached
-launch, so the watch costs nothing on the hot path.
+launch, so the watch costs nothing on the hot path. With a hook set, Triton also serializes
+each variant's specialization to JSON when it builds it. That serialization has not yet run
+over every kernel here on a GPU, and a failure in it would stop the build. So the engine
+installs the watch only with STRIXLM_VARIANT_WATCH=1 (read at import) until a GPU run has
+shown it safe.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 logger = logging.getLogger(__name__)
+
+ENABLED = os.environ.get("STRIXLM_VARIANT_WATCH", "0") != "0"
 
 
 @dataclass
