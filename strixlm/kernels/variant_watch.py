@@ -3,7 +3,7 @@
 Triton builds one variant of a kernel per specialization: its constexprs, its argument
 dtypes, and for each int argument whether it is 1 or a multiple of 16. The first call with
 a new specialization compiles the variant, or loads it from Triton's disk cache. That call
-stalls its step. A compile takes ~0.2-1.5 s, which is what the first server on a machine
+stalls its step. A compile takes ~0.1-1 s, which is what the first server on a machine
 pays, because its disk cache is cold. A cached load takes milliseconds and synchronizes
 the device.
 
