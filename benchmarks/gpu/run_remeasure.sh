@@ -13,6 +13,8 @@
 #           online benchmark (500 x 512/128, burst)
 #   nano    Nemotron 3 Nano batch-1 latency (target 4 ms) and the standard workload
 #   sepv    qk_norm_rope's v cache write in a third program: glue check, workload A/B, e2e
+#   variants the standard workload with STRIXLM_VARIANT_WATCH=1: the kernel variants that
+#           start-up missed (each one stalls a step while Triton builds it)
 #   ncu     Nsight Compute counters for one decode step at 256 / 128 / 48 rows (NCU_SHAPES):
 #           DRAM / L2 / SM / tensor-pipe throughput per kernel (ncu_decode_step.py)
 #   prof    profile_step.py kernel tables at batch-256 decode and budget-sized prefill steps
@@ -588,6 +590,13 @@ if has ncu; then  # hardware counters (Nsight Compute) for one decode step per b
     "$NCU" --import "$OUT/ncu_b$b.ncu-rep" --csv --page raw > "$OUT/ncu_b$b.csv"
     python benchmarks/gpu/ncu_decode_step.py --summarize "$OUT/ncu_b$b.csv" | tee "$OUT/ncu_b$b.txt"
   done
+fi
+if has variants; then  # Triton kernel variants built after start-up (variant_watch.py), each a stall
+  # The first run in a fresh process after a fresh start-up; the Triton cache as this call finds it.
+  (export STRIXLM_VARIANT_WATCH=1; run tp_variants 150 $TP --model qwen3-0.6b)
+  grep -E "start-up built" "$OUT/tp_variants.log"
+  echo "late variants: $(grep -c "after start-up" "$OUT/tp_variants.log")"
+  grep "after start-up" "$OUT/tp_variants.log" | cut -c1-400 | head -30
 fi
 if has b1serve; then
   run b1 100 python benchmarks/gpu/profile_step.py --batch 1 32 --steps 50
