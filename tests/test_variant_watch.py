@@ -31,8 +31,10 @@ def _options():
     return CUDAOptions()
 
 
-def _build(key: tuple, n_spec: str) -> None:
-    """What Triton's _do_compile does around a build: the cache hook, then the post hook."""
+def _build(n_spec: str) -> None:
+    """What Triton's _do_compile does around a build of the variant whose int argument n
+    specialized as n_spec: the cache hook, then the post hook."""
+    key = ("probe", [("*bf16", "D"), ("i32", n_spec), ("constexpr", 64)])
     sig = {"x_ptr": "*bf16", "n": "i32", "BLOCK": "constexpr"}
     args = (key, sig, 0, {(2,): 64}, _options(), [{}], False)
     assert PROBE._call_hook(knobs.runtime.jit_cache_hook, *args) is False
@@ -45,18 +47,14 @@ def no_hooks(monkeypatch):
     monkeypatch.setattr(knobs.runtime, "jit_post_compile_hook", None)
 
 
-def _key(n_spec: str) -> tuple:
-    return ("probe", [("*bf16", "D"), ("i32", n_spec), ("constexpr", 64)])
-
-
 def test_late_variants_are_logged_with_their_specialization(no_hooks, caplog) -> None:
     watch = variant_watch.VariantWatch()
     assert variant_watch.install(watch)
     watch.start()
-    _build(_key("1"), "1")  # met at start-up: n == 1
+    _build("1")  # met at start-up: n == 1
     with caplog.at_level(logging.INFO, logger=variant_watch.__name__):
         watch.mark_ready()
-        _build(_key("D"), "D")  # serving meets n % 16 == 0: a variant start-up missed
+        _build("D")  # serving meets n % 16 == 0: a variant start-up missed
     assert watch.early == 1
     assert len(watch.late) == 1
     variant, seconds = watch.late[0]
@@ -67,7 +65,7 @@ def test_late_variants_are_logged_with_their_specialization(no_hooks, caplog) ->
     assert "after start-up" in text and "n: ('i32', 'D')" in text
     # A new start-up (another engine in the process) counts its variants as early again.
     watch.start()
-    _build(_key(""), "")
+    _build("")
     assert watch.early == 2 and len(watch.late) == 1
 
 

@@ -594,9 +594,7 @@ fi
 if has variants; then  # Triton kernel variants built after start-up (variant_watch.py), each a stall
   # The first run in a fresh process after a fresh start-up; the Triton cache as this call finds it.
   (export STRIXLM_VARIANT_WATCH=1; run tp_variants 150 $TP --model qwen3-0.6b)
-  grep -E "start-up built" "$OUT/tp_variants.log"
-  echo "late variants: $(grep -c "after start-up" "$OUT/tp_variants.log")"
-  grep "after start-up" "$OUT/tp_variants.log" | cut -c1-400 | head -30
+  late_variants "$OUT/tp_variants.log"
 fi
 if has b1serve; then
   run b1 100 python benchmarks/gpu/profile_step.py --batch 1 32 --steps 50

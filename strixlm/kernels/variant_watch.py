@@ -41,21 +41,22 @@ class VariantWatch:
     ready: bool = False
     early: int = 0
     late: list[tuple[str, float]] = field(default_factory=list)  # (variant, seconds)
-    _started: dict[Any, tuple[str, float]] = field(default_factory=dict)
+    _started: dict[str, float] = field(default_factory=dict)  # repr(key): build start
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def on_cache_miss(self, *, key: Any, repr: str, **_: Any) -> bool:
         """Triton's jit_cache_hook: called before a variant is compiled or loaded. Returns
         False, which tells Triton to go on and build it."""
         with self._lock:
-            self._started[_hashable(key)] = (repr, time.perf_counter())
+            # Triton's key holds lists: its repr is a stable dict key.
+            self._started[_key_repr(key)] = time.perf_counter()
         return False
 
     def on_built(self, *, key: Any, repr: str, **_: Any) -> None:
         """Triton's jit_post_compile_hook: the variant is built and in memory."""
         with self._lock:
-            _, t0 = self._started.pop(_hashable(key), (repr, time.perf_counter()))
-            seconds = time.perf_counter() - t0
+            now = time.perf_counter()
+            seconds = now - self._started.pop(_key_repr(key), now)
             if not self.ready:
                 self.early += 1
                 return
@@ -78,13 +79,9 @@ class VariantWatch:
         logger.info("start-up built %d Triton kernel variants", self.early)
 
 
-def _hashable(key: Any) -> Any:
-    """Triton's variant key holds lists and dicts; a repr of it is stable and hashable."""
-    try:
-        hash(key)
-        return key
-    except TypeError:
-        return repr(key)
+def _key_repr(key: Any) -> str:
+    # Module level because the hooks' own `repr` keyword (Triton's name) shadows the builtin.
+    return repr(key)
 
 
 WATCH = VariantWatch()
