@@ -22,4 +22,7 @@ late_variants() {  # log file of a run with STRIXLM_VARIANT_WATCH=1
   grep -E "start-up built" "$1"
   echo "late variants: $(grep -c "after start-up" "$1")"
   grep "after start-up" "$1" | cut -c1-400 | head -30
+  # The throughput benchmark marks where its timed run starts: variants past it cost the figure.
+  grep -q "the timed run starts" "$1" && echo "in the timed run: $(sed -n \
+    '/the timed run starts/,$p' "$1" | grep -c "after start-up")"
 }

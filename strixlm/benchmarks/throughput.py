@@ -159,6 +159,8 @@ def run_strixlm(
         device = llm.engine.config.device
         if device.startswith("cuda"):
             torch.cuda.synchronize()
+        # A marker in the log: kernel variants built after it stalled the timed run.
+        logger.info("warm-up done; the timed run starts")
         start = time.perf_counter()
         outs = llm.generate(workload.prompts, sp, use_tqdm=not args.no_tqdm)
         if device.startswith("cuda"):
