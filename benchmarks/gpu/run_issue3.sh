@@ -7,11 +7,12 @@ SECTIONS=${*:-tp prof syncs serve}
 source benchmarks/gpu/lib.sh
 M=strixlm/benchmarks/configs/qwen3-0.6b
 TP="python -m strixlm.benchmarks.throughput --model qwen3-0.6b --dtype bfloat16 --device cuda --no-tqdm"
-start_server() {  # LOG: `strixlm serve` on port 8000 in the background (SERVER_PID), until healthy
-  local t0
+start_server() {  # LOG [serve flags...]: `strixlm serve` on port 8000 in the background
+  local t0 log=$1  # (SERVER_PID), until healthy
+  shift
   t0=$(date +%s%N)
   python -m strixlm.entrypoints.cli serve $M --load-format dummy --dtype bfloat16 \
-    --port 8000 --max-num-seqs 256 --max-num-batched-tokens 8192 > "$1" 2>&1 &
+    --port 8000 --max-num-seqs 256 --max-num-batched-tokens 8192 "$@" > "$log" 2>&1 &
   SERVER_PID=$!
   for _ in $(seq 240); do curl -sf localhost:8000/health >/dev/null && break; sleep 0.5; done
   echo "healthy after $(( ($(date +%s%N) - t0) / 1000000 )) ms"
@@ -44,7 +45,8 @@ fi
 if has serve2; then  # the first-server effect: two servers in turn, each benchmarked twice
   for s in 1 2; do
     echo "=== server $s"
-    STRIXLM_VARIANT_WATCH=1 start_server "$OUT/serve2_server$s.log"
+    # Throughput every second: a stall, or a server slow throughout, shows in the log.
+    STRIXLM_VARIANT_WATCH=1 start_server "$OUT/serve2_server$s.log" --log-stats-interval 1
     for r in 1 2; do
       # A seed per run: the same prompts again would hit the prefix cache.
       timeout 200 python -m strixlm.entrypoints.cli bench serve --port 8000 --num-prompts 500 \
@@ -54,6 +56,8 @@ if has serve2; then  # the first-server effect: two servers in turn, each benchm
     done
     kill $SERVER_PID; wait $SERVER_PID
     late_variants "$OUT/serve2_server$s.log"
+    grep -o -E "[0-9:]{8},[0-9]+ Avg prompt.*Running: [0-9]+" "$OUT/serve2_server$s.log" \
+      | sed -E 's/ tokens\/s//g; s/Avg (prompt|generation) throughput/\1/g' | tail -24
   done
 fi
 if has hf; then
