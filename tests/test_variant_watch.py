@@ -81,3 +81,17 @@ def test_install_is_idempotent_and_leaves_foreign_hooks_alone(no_hooks) -> None:
     knobs.runtime.jit_cache_hook, knobs.runtime.jit_post_compile_hook = foreign, None
     assert not variant_watch.install(watch)
     assert knobs.runtime.jit_cache_hook is foreign
+
+
+def test_a_specialization_json_cannot_encode_still_builds(no_hooks) -> None:
+    """A constexpr holding a function: Triton's JSON encoding of it fails, and the watch
+    must not turn that into a failed build."""
+    watch = variant_watch.VariantWatch()
+    assert variant_watch.install(watch)
+    watch.mark_ready()
+    key = ("probe", [("*bf16", "D"), ("i32", ""), ("constexpr", "fn")])
+    sig = {"x_ptr": "*bf16", "n": "i32", "BLOCK": "constexpr"}
+    args = (key, sig, 0, {(2,): _probe_kernel}, _options(), [{}], False)
+    assert PROBE._call_hook(knobs.runtime.jit_cache_hook, *args) is False
+    PROBE._call_hook(knobs.runtime.jit_post_compile_hook, *args)
+    assert len(watch.late) == 1

@@ -14,10 +14,9 @@ warm up.
 
 The hooks run only when a kernel misses Triton's in-memory cache, never on a cached
 launch, so the watch costs nothing on the hot path. With a hook set, Triton also serializes
-each variant's specialization to JSON when it builds it. That serialization has not yet run
-over every kernel here on a GPU, and a failure in it would stop the build. So the engine
-installs the watch only with STRIXLM_VARIANT_WATCH=1 (read at import) until a GPU run has
-shown it safe.
+each variant's specialization to JSON when it builds it; `install` makes a failure there
+harmless. The engine installs the watch only with STRIXLM_VARIANT_WATCH=1 (read at import)
+until a GPU run has shown what it costs at start-up.
 """
 
 from __future__ import annotations
@@ -101,5 +100,27 @@ def install(watch: VariantWatch = WATCH) -> bool:
         return True
     if rt.jit_cache_hook is not None or rt.jit_post_compile_hook is not None:
         return False
+    _tolerate_unserializable_specializations()
     rt.jit_cache_hook, rt.jit_post_compile_hook = mine
     return True
+
+
+def _tolerate_unserializable_specializations() -> None:
+    """With a hook set, Triton JSON-encodes each variant's specialization before calling
+    it, and a value JSON cannot encode (a constexpr holding a function, say) would fail
+    that kernel's build. The watch reads only the hook's `repr`, so an encoding failure
+    gives an empty string instead of an error."""
+    from triton.runtime import jit
+
+    encode = jit.serialize_specialization_data
+    if getattr(encode, "tolerant", False):
+        return
+
+    def tolerant(*args: Any, **kwargs: Any) -> str:
+        try:
+            return encode(*args, **kwargs)
+        except (TypeError, ValueError):
+            return ""
+
+    tolerant.tolerant = True  # type: ignore[attr-defined]
+    jit.serialize_specialization_data = tolerant
