@@ -31,12 +31,18 @@ def _options():
     return CUDAOptions()
 
 
-def _build(n_spec: str) -> None:
+def _build(n_spec: str, block: object = 64) -> None:
     """What Triton's _do_compile does around a build of the variant whose int argument n
-    specialized as n_spec: the cache hook, then the post hook."""
-    key = ("probe", [("*bf16", "D"), ("i32", n_spec), ("constexpr", 64)])
-    sig = {"x_ptr": "*bf16", "n": "i32", "BLOCK": "constexpr"}
-    args = (key, sig, 0, {(2,): 64}, _options(), [{}], False)
+    specialized as n_spec ("1": made a constant, "D": a multiple of 16, "": neither): the
+    cache hook, then the post hook, with the arguments Triton 3.6 passes (a string key,
+    constants by argument path, the divisibility attributes)."""
+    key = str(((("*bf16", "D"), ("i32", n_spec), ("constexpr", str(block))), "opts"))
+    sig = {"x_ptr": "*bf16", "n": "constexpr" if n_spec == "1" else "i32", "BLOCK": "constexpr"}
+    constants = {(2,): block} | ({(1,): 1} if n_spec == "1" else {})
+    attrs = {(0,): [["tt.divisibility", 16]]} | (
+        {(1,): [["tt.divisibility", 16]]} if n_spec == "D" else {}
+    )
+    args = (key, sig, 0, constants, _options(), [attrs], False)
     assert PROBE._call_hook(knobs.runtime.jit_cache_hook, *args) is False
     PROBE._call_hook(knobs.runtime.jit_post_compile_hook, *args)
 
@@ -58,11 +64,13 @@ def test_late_variants_are_logged_with_their_specialization(no_hooks, caplog) ->
     assert watch.early == 1
     assert len(watch.late) == 1
     variant, seconds = watch.late[0]
-    assert "_probe_kernel" in variant and "n: ('i32', 'D')" in variant
+    # Named by what sets it apart from the variant start-up built: n is now a multiple of
+    # 16 and an i32 argument, where start-up had it as the constant 1.
+    assert variant == "_probe_kernel: now {n%16, n:i32}; was {n=1}"
     assert seconds >= 0
     text = caplog.text
     assert "start-up built 1 Triton kernel variants" in text
-    assert "after start-up" in text and "n: ('i32', 'D')" in text
+    assert "after start-up" in text and variant in text
     # A new start-up (another engine in the process) counts its variants as early again.
     watch.start()
     _build("")
@@ -89,9 +97,6 @@ def test_a_specialization_json_cannot_encode_still_builds(no_hooks) -> None:
     watch = variant_watch.VariantWatch()
     assert variant_watch.install(watch)
     watch.mark_ready()
-    key = ("probe", [("*bf16", "D"), ("i32", ""), ("constexpr", "fn")])
-    sig = {"x_ptr": "*bf16", "n": "i32", "BLOCK": "constexpr"}
-    args = (key, sig, 0, {(2,): _probe_kernel}, _options(), [{}], False)
-    assert PROBE._call_hook(knobs.runtime.jit_cache_hook, *args) is False
-    PROBE._call_hook(knobs.runtime.jit_post_compile_hook, *args)
+    _build("", block=_probe_kernel)
     assert len(watch.late) == 1
+    assert watch.late[0][0].startswith("_probe_kernel: now {BLOCK=<function _probe_kernel")

@@ -39,31 +39,41 @@ class VariantWatch:
 
     ready: bool = False
     early: int = 0
-    late: list[tuple[str, float]] = field(default_factory=list)  # (variant, seconds)
+    late: list[tuple[str, float]] = field(default_factory=list)  # (description, seconds)
     _started: dict[str, float] = field(default_factory=dict)  # repr(key): build start
+    _built: dict[str, list[frozenset[str]]] = field(default_factory=dict)  # kernel: specs
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def on_cache_miss(self, *, key: Any, repr: str, **_: Any) -> bool:
         """Triton's jit_cache_hook: called before a variant is compiled or loaded. Returns
         False, which tells Triton to go on and build it."""
         with self._lock:
-            # Triton's key holds lists: its repr is a stable dict key.
+            # Triton's key may hold lists: its repr is a stable dict key.
             self._started[_key_repr(key)] = time.perf_counter()
         return False
 
-    def on_built(self, *, key: Any, repr: str, **_: Any) -> None:
+    def on_built(
+        self, *, key: Any, repr: str, fn: Any = None, compile: dict | None = None, **_: Any
+    ) -> None:
         """Triton's jit_post_compile_hook: the variant is built and in memory."""
+        name = getattr(fn, "name", None) or repr.split("[", 1)[0]
+        spec = specialization(fn, compile)
         with self._lock:
             now = time.perf_counter()
             seconds = now - self._started.pop(_key_repr(key), now)
+            earlier = self._built.setdefault(name, [])
+            nearest = min(earlier, key=lambda e: len(e ^ spec), default=frozenset())
+            earlier.append(spec)
             if not self.ready:
                 self.early += 1
                 return
-            self.late.append((repr, seconds))
+            # What sets it apart from the nearest variant built before: the argument to pin.
+            what = f"{name}: now {_items(spec - nearest)}; was {_items(nearest - spec)}"
+            self.late.append((what, seconds))
         logger.warning(
             "Triton built a kernel variant after start-up (%.0f ms; this step waited for it): %s",
             1e3 * seconds,
-            repr,
+            what,
         )
 
     def start(self) -> None:
@@ -76,6 +86,33 @@ class VariantWatch:
         with self._lock:
             self.ready = True
         logger.info("start-up built %d Triton kernel variants", self.early)
+
+
+def specialization(fn: Any, compile: dict | None) -> frozenset[str]:
+    """A variant's specialization as readable items, from the hook's `compile` argument:
+    each constant (constexprs, and ints Triton made constant) as `name=value`, each
+    argument Triton knows to be a multiple of 16 (ints) or 16-byte aligned (pointers) as
+    `name%16`, each other argument's type as `name:type`, and the launch options."""
+    if not compile:
+        return frozenset()
+    names = list(getattr(getattr(fn, "jit_function", None), "arg_names", None) or [])
+
+    def arg(path: tuple) -> str:
+        head = names[path[0]] if path and path[0] < len(names) else str(path[:1])
+        return head + "".join(f"[{i}]" for i in path[1:])
+
+    items = {f"{arg(p)}={v!r}" for p, v in (compile.get("constants") or {}).items()}
+    for attrs in compile.get("configs") or []:
+        items |= {f"{arg(p)}%16" for p, a in attrs.items() if "tt.divisibility" in str(a)}
+    for name, ty in (compile.get("signature") or {}).items():
+        if ty != "constexpr":
+            items.add(f"{name}:{ty}")
+    items |= {f"{k}={compile[k]}" for k in ("num_warps", "num_stages") if k in compile}
+    return frozenset(items)
+
+
+def _items(items: frozenset[str]) -> str:
+    return "{" + ", ".join(sorted(items)) + "}"
 
 
 def _key_repr(key: Any) -> str:
