@@ -507,3 +507,68 @@ def test_launch_constexprs_do_not_follow_the_row_count(monkeypatch) -> None:
     assert set(seen) == {"argmax_finalize_kernel", "logprobs_finalize_kernel", "topp_check_kernel"}
     for name, variants in seen.items():
         assert len(variants) == 1, (name, variants)
+
+
+def test_runtime_specialization_does_not_follow_the_row_count(monkeypatch) -> None:
+    """Triton also specializes each int on being 1 or a multiple of 16, and each pointer on
+    16-byte alignment. The runner's per-row parameters are rows of one gathered [6, B]
+    tensor (SamplingTable.gather), whose alignment follows B mod 4: the kernels must not
+    specialize on those, or each class of batch size builds a variant mid-run (three
+    sample_kernel builds of 144-220 ms in a server's first second on the H200)."""
+    import numpy as np
+    from triton.backends.nvidia.compiler import CUDABackend
+    from triton.runtime.jit import native_specialize_impl
+
+    from strixlm.engine.request import SamplingParams
+    from strixlm.worker.sampling_table import SamplingTable
+    from strixlm.worker.states import RowInfo
+
+    names = ("sample_kernel", "filter_pass_kernel", "topp_draw_kernel", "topp_check_kernel",
+             "topp_settle_kernel", "argmax_finalize_kernel")  # fmt: skip
+    seen: dict[tuple[str, str], set] = {}
+    current = {"config": ""}  # the config being run, for the recorders
+
+    def recorder(name, kernel):
+        pinned = set(kernel.kwargs.get("do_not_specialize") or [])
+        run = kernel.run
+
+        def record(*args, grid, warmup, **kw):
+            spec = tuple(
+                native_specialize_impl(CUDABackend, a, False, n not in pinned, True)
+                for n, a in zip(kernel.arg_names, args, strict=False)
+                if isinstance(a, (torch.Tensor, int)) and not isinstance(a, bool)
+            )
+            seen.setdefault((current["config"], name), set()).add(spec)
+            return run(*args, grid=grid, warmup=warmup, **kw)
+
+        return record
+
+    for name in names:
+        mod = kern if hasattr(kern, name) else ktp
+        monkeypatch.setattr(getattr(mod, name), "run", recorder(name, getattr(mod, name)))
+    vocab = 220
+    configs = {
+        "greedy": SamplingParams(temperature=0.0),
+        "temperature": SamplingParams(temperature=0.8),
+        "filters and penalties": SamplingParams(
+            temperature=0.8, top_p=0.8, top_k=50, min_p=0.01, presence_penalty=0.5,
+            frequency_penalty=0.2, repetition_penalty=1.1,
+        ),
+    }  # fmt: skip
+    for config, params in configs.items():
+        current["config"] = config
+        for b in (1, 2, 3, 4, 5, 8):
+            table = SamplingTable(16, vocab, "cpu")
+            rows = np.arange(3, 3 + b)  # rows off the start, as in a running server
+            for r in rows:
+                table.add(int(r), RowInfo(f"r{r}", params, int(r), 4, None))
+            table.flush()
+            num_tokens = torch.full((16,), 5, dtype=torch.int32)
+            token_ids = torch.zeros(16, 8, dtype=torch.int32)
+            rows_dev = torch.as_tensor(rows, dtype=torch.int32)
+            md = table.metadata(rows, rows_dev, num_tokens, num_tokens.numpy(), token_ids, [])
+            TritonSampler(num_splits=2, block=16)(torch.randn(b, vocab), md)
+    assert {c for c, _ in seen} == set(configs)
+    assert ("filters and penalties", "topp_draw_kernel") in seen
+    for key, variants in seen.items():
+        assert len(variants) == 1, (key, variants)

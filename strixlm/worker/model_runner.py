@@ -470,9 +470,10 @@ class ModelRunner:
         return res
 
     def warmup_kernels(self) -> None:
-        """Run a short and a mid-length prefill once, so the Triton kernels these shapes
-        select are compiled at startup rather than in the middle of the first requests
-        (a first-time compile stalls a step for about a second)."""
+        """Run a short and a mid-length prefill once, and one sampling each kind of batch,
+        so the Triton kernels these select are compiled at startup rather than in the
+        middle of the first requests (a first-time compile stalls a step for about a
+        second; STRIXLM_VARIANT_WATCH=1 logs any that start-up still misses)."""
         if not self.device.startswith("cuda") or self.layout is not None:
             return
         self._run_warmup_steps()
@@ -484,10 +485,17 @@ class ModelRunner:
 
         # Never longer than one step may be: the input buffers hold the token budget.
         budget = self.config.scheduler.max_num_batched_tokens
-        for i, n in enumerate((48, 600)):
+        # The sampler's kernels build a variant per kind of batch: all greedy, temperature
+        # only, with filters (kernels/sampler.py); one warm-up prefill samples each kind.
+        warmups = (
+            (48, SamplingParams(temperature=0.0, max_tokens=1)),
+            (600, SamplingParams(max_tokens=1)),
+            (16, SamplingParams(top_p=0.9, max_tokens=1)),
+        )
+        for i, (n, params) in enumerate(warmups):
             n = min(n, budget, self.max_model_len - 1)
             rid = f"__warmup_{i}__"
-            req = Request(rid, [0] * n, SamplingParams(max_tokens=1))
+            req = Request(rid, [0] * n, params)
             blocks = [list(range(1, 1 + -(-n // self.block_size)))]
             self.execute(
                 SchedulerOutput(
