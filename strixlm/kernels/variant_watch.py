@@ -145,8 +145,8 @@ def install(watch: VariantWatch = WATCH) -> bool:
 def _tolerate_unserializable_specializations() -> None:
     """With a hook set, Triton JSON-encodes each variant's specialization before calling
     it, and a value JSON cannot encode (a constexpr holding a function, say) would fail
-    that kernel's build. The watch reads only the hook's `repr`, so an encoding failure
-    gives an empty string instead of an error."""
+    that kernel's build. The watch never reads that encoding, so a failure gives an empty
+    string instead of an error."""
     from triton.runtime import jit
 
     encode = jit.serialize_specialization_data
