@@ -24,6 +24,8 @@ disagree only when the mass before the boundary value is within float32 rounding
 
 from __future__ import annotations
 
+import inspect
+
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
@@ -36,15 +38,28 @@ PROMPT_BIT = tl.constexpr(1 << 30)
 BIG = tl.constexpr(2**31 - 1)
 # Above the largest Gumbel value the hash can give: -log(-log(1 - 2**-24)) = 16.6355...
 GUMBEL_MAX = tl.constexpr(16.75)
+TK_BITS = 8  # top-k radix digit width: 4 passes
+TP_BITS = 4  # top-p radix digit width: 8 passes
+GREEDY_TILES = tl.constexpr(4)  # tiles per step of the all-greedy argmax loop
+
 # The per-row sampling parameters arrive as rows of one gathered [6, B] float / [3, B] int64
 # tensor (SamplingTable.gather), so whether each row's pointer is 16-byte aligned, which
 # Triton specializes on, follows B mod 4. Unpinned, each class built its own variant in the
 # middle of a run (H200: 144-220 ms a build with a cold Triton cache). The kernels load one
 # scalar a row from them, which the alignment does not speed up.
 ROW_PARAMS = ("topp_ptr", "lmp_ptr", "rep_ptr", "freq_ptr", "pres_ptr", "seed_ptr")
-TK_BITS = 8  # top-k radix digit width: 4 passes
-TP_BITS = 4  # top-p radix digit width: 8 passes
-GREEDY_TILES = tl.constexpr(4)  # tiles per step of the all-greedy argmax loop
+
+
+def jit_per_row(*ints: str):
+    """triton.jit for a kernel that takes per-row sampling parameters: no specialization on
+    the named batch-dependent ints (== 1, % 16), nor on whichever ROW_PARAMS it takes."""
+
+    def wrap(fn):
+        params = inspect.signature(fn).parameters
+        pinned = [*ints, *(p for p in ROW_PARAMS if p in params)]
+        return triton.jit(fn, do_not_specialize=pinned)
+
+    return wrap
 
 
 # ---------------------------------------------------------------- helpers
@@ -237,10 +252,7 @@ def suppress_kernel(stats_ptr, rows_ptr, cols_ptr, n, V, CLEAR: tl.constexpr, BL
 
 
 # Batch-dependent ints are not specialized (on == 1, % 16): one compile serves every B.
-@triton.jit(
-    do_not_specialize=["B", "S", "j", "hi_mask", "shift", "prev_shift", "topp_ptr", "rep_ptr",
-                       "freq_ptr", "pres_ptr"]
-)  # fmt: skip
+@jit_per_row("B", "S", "j", "hi_mask", "shift", "prev_shift")
 def filter_pass_kernel(
     X, xs, ST, temp_ptr, topk_ptr, topp_ptr, rep_ptr, freq_ptr, pres_ptr,
     part_max_ptr, hist_ptr, tks_ptr, rowbuf_ptr, mass_ptr, cnt_ptr, tps_ptr, tpf_ptr,
@@ -379,7 +391,7 @@ def fold_tile_best(y, t, best_v, best_i):
     return tl.where(better, tv, best_v), tl.where(better, ti, best_i)
 
 
-@triton.jit(do_not_specialize=["B", "S", *ROW_PARAMS])
+@jit_per_row("B", "S")
 def sample_kernel(
     X, xs, ST, temp_ptr, topk_ptr, topp_ptr, lmp_ptr, rep_ptr, freq_ptr, pres_ptr,
     seed_ptr, pos_ptr,

@@ -28,10 +28,10 @@ import triton.language as tl
 
 from strixlm.kernels.sampler import (
     EPS,
-    ROW_PARAMS,
     _row_key,
     _values,
     gumbel_tile_best,
+    jit_per_row,
     row_max_and_kth,
 )
 
@@ -67,7 +67,7 @@ def _accepted(zpart_ptr, mpart_ptr, p, row, S, RS: tl.constexpr):
     return _row_sum(mpart_ptr, row, S, RS) < target
 
 
-@triton.jit(do_not_specialize=["B", "S", *ROW_PARAMS])
+@jit_per_row("B", "S")
 def topp_draw_kernel(
     X, xs, ST, temp_ptr, topk_ptr, topp_ptr, lmp_ptr, rep_ptr, freq_ptr, pres_ptr,
     seed_ptr, pos_ptr, part_max_ptr, hist_ptr, tks_ptr,
@@ -120,7 +120,7 @@ def topp_draw_kernel(
             tl.store(zpart_ptr + row * S + sid, tl.sum(z, 0))
 
 
-@triton.jit(do_not_specialize=["B", "S", *ROW_PARAMS[:-1]])  # no seeds
+@jit_per_row("B", "S")
 def topp_check_kernel(
     X, xs, ST, temp_ptr, topk_ptr, topp_ptr, lmp_ptr, rep_ptr, freq_ptr, pres_ptr,
     part_max_ptr, hist_ptr, tks_ptr,
@@ -172,8 +172,7 @@ def topp_check_kernel(
                     tl.store(cand_s_ptr + row, s_c)
 
 
-# S follows the row count; topp_ptr is a row of the gathered parameters (ROW_PARAMS).
-@triton.jit(do_not_specialize=["S", "topp_ptr"])
+@jit_per_row("S")  # S follows the row count
 def topp_settle_kernel(state_ptr, temp_ptr, topp_ptr, cand_ptr, zpart_ptr, mpart_ptr, S,
                        RS: tl.constexpr):  # fmt: skip
     """After the last round: accepted rows store their token."""

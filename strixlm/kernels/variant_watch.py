@@ -62,11 +62,12 @@ class VariantWatch:
             now = time.perf_counter()
             seconds = now - self._started.pop(_key_repr(key), now)
             earlier = self._built.setdefault(name, [])
-            nearest = min(earlier, key=lambda e: len(e ^ spec), default=frozenset())
-            earlier.append(spec)
             if not self.ready:
+                earlier.append(spec)
                 self.early += 1
                 return
+            nearest = min(earlier, key=lambda e: len(e ^ spec), default=frozenset())
+            earlier.append(spec)
             # What sets it apart from the nearest variant built before: the argument to pin.
             what = f"{name}: now {_items(spec - nearest)}; was {_items(nearest - spec)}"
             self.late.append((what, seconds))
