@@ -48,7 +48,20 @@ def patch(skips: set[str]) -> None:
         linear.silu_and_mul = no_silu
 
 
-def child(batches: list[int], skips: set[str], steps: int, prompt_len: int) -> dict:
+def kernel_table(engine, steps: int) -> str:
+    """The decode steps' kernels by total GPU time (torch.profiler), top 14."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            engine.step()
+        torch.cuda.synchronize()
+    return prof.key_averages().table(
+        sort_by="cuda_time_total", row_limit=14, max_name_column_width=70
+    )
+
+
+def child(
+    batches: list[int], skips: set[str], steps: int, prompt_len: int, kernels: list[int]
+) -> dict:
     patch(skips)
     from dummy_engine import dummy_llm
 
@@ -76,6 +89,9 @@ def child(batches: list[int], skips: set[str], steps: int, prompt_len: int) -> d
             end.synchronize()
             times.append(start.elapsed_time(end) / steps)
         out[b] = min(times)
+        if b in kernels:
+            print(f"##### kernels at batch {b} (skip {sorted(skips) or 'none'})")
+            print(kernel_table(engine, 10), flush=True)
         for rid in rids:
             engine.abort_request(rid)
         while engine.has_unfinished():
@@ -89,18 +105,23 @@ def main() -> None:
     ap.add_argument("--skip", nargs="+", default=["none", "norm", "silu", "norm,silu"])
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--prompt-len", type=int, default=700)
+    ap.add_argument("--kernels", type=int, nargs="*", default=[], help="profile these batches")
     ap.add_argument("--child", default=None)
     args = ap.parse_args()
     if args.child is not None:
         skips = set() if args.child == "none" else set(args.child.split(","))
-        res = child(args.batch, skips, args.steps, args.prompt_len)
+        res = child(args.batch, skips, args.steps, args.prompt_len, args.kernels)
         print("RESULT " + json.dumps(res))
         return
     results = {}
     for s in args.skip:
         cmd = [sys.executable, __file__, "--child", s, "--steps", str(args.steps)]
         cmd += ["--prompt-len", str(args.prompt_len), "--batch", *map(str, args.batch)]
+        cmd += ["--kernels", *map(str, args.kernels)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
+        for ln in proc.stdout.splitlines():
+            if not ln.startswith("RESULT "):
+                print(ln)
         line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
         if proc.returncode or not line:
             print(f"{s}: failed (exit {proc.returncode})\n{proc.stderr[-3000:]}")
