@@ -149,6 +149,10 @@
 #           then the workload on / off alternating (two pairs). Session 22 ran it on af97000,
 #           whose prologue tables came before the PDL wait (reverted: -6.5%)
 #   b1serve batch-1 / batch-32 step time and the online benchmark (closing's last two)
+#   splitab the workload with the persistent decode grid split in two segments (+ the merge
+#           launch) up to 1.25 (default: only below), 2.5 and 100 (every batch from 40)
+#           sequences per program (STRIXLM_ATTN_PERSISTENT_MIN), alternating after a warm-up:
+#           finer items for the dynamic hand-out against one more launch a layer
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
@@ -600,6 +604,10 @@ if has b1serve; then
   run b1 100 python benchmarks/gpu/profile_step.py --batch 1 32 --steps 50
   grep "#####" "$OUT/b1.log"
   bash benchmarks/gpu/run_issue3.sh serve 2>&1 | grep -v -i warn | tail -24
+fi
+if has splitab; then  # two segments per sequence at larger batches: balance vs the merge launch
+  run tp_warm 100 $TP --model qwen3-0.6b
+  ab_tp STRIXLM_ATTN_PERSISTENT_MIN tp_split d1:1.25 m1:2.5 a1:100 d2:1.25 m2:2.5 a2:100
 fi
 if has closing; then
   run e2e 240 python benchmarks/gpu/check_e2e.py
