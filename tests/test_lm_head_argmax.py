@@ -23,13 +23,17 @@ import strixlm.kernels.lm_head_argmax as lha  # noqa: E402
 
 SMALL = lha.LmHeadConfig(16, 64, 32, 4, 2)
 SMALL_TMA = lha.LmHeadConfig(16, 64, 32, 4, 2, tma=True)
+# Three programs walk the tiles under the interpreter (lm_head_argmax._sm_count).
+SMALL_PERSIST = lha.LmHeadConfig(16, 64, 32, 4, 2, tma=True, persistent=True)
+CONFIGS = [SMALL, SMALL_TMA, SMALL_PERSIST]
+IDS = ["pointer", "tma", "persistent"]
 
 
 def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-@pytest.mark.parametrize("cfg", [SMALL, SMALL_TMA], ids=["pointer", "tma"])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)
 @pytest.mark.parametrize("m,k", [(1, 64), (5, 80), (37, 64)])
 def test_tokens_match_argmax_of_rounded_logits(m, k, cfg):
     # 300 columns: the last vocabulary tile is partly past the end; k = 80 leaves a partial
@@ -41,7 +45,7 @@ def test_tokens_match_argmax_of_rounded_logits(m, k, cfg):
     assert torch.equal(got, lha.lm_head_argmax_ref(h, w))
 
 
-@pytest.mark.parametrize("cfg", [SMALL, SMALL_TMA], ids=["pointer", "tma"])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)
 def test_ties_resolve_to_the_lowest_index_within_and_across_tiles(cfg):
     h = torch.randn(3, 64, generator=_gen(1)).to(torch.float16)
     w = (torch.randn(300, 64, generator=_gen(2)) * 0.01).to(torch.float16)
@@ -54,7 +58,7 @@ def test_ties_resolve_to_the_lowest_index_within_and_across_tiles(cfg):
     assert torch.equal(got, lha.lm_head_argmax_ref(h, w))
 
 
-@pytest.mark.parametrize("cfg", [SMALL, SMALL_TMA], ids=["pointer", "tma"])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)
 def test_sampling_epilogue_draws_the_samplers_tokens(cfg):
     """Gumbel-max in the epilogue: the torch Sampler's tokens over the rounded logits, for
     temperature and greedy rows gathered by state-table row, with large seeds too."""
@@ -119,11 +123,14 @@ wide = l.LmHeadConfig(128, 256, 64, 8, 3)
 jobs = [(c, False, c.tma) for c in {c for _, c in l._TABLE + l._TMA_TABLE}]
 jobs += [(c, True, c.tma) for c in {c for _, c in l._SAMPLE_TMA_TABLE}]
 jobs += [(first, True, False), (wide, True, False)]
+# The persistent walk of the TMA table's widest tiles, greedy and sampling.
+persist = l.LmHeadConfig(128, 256, 64, 8, 3, tma=True, persistent=True)
+jobs += [(persist, False, True), (persist, True, True)]
 for cfg, sample, tma in jobs:
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, enable_fp_fusion=not sample)
     c = dict(K=1024, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PDL=True, SAMPLE=sample, PRECISE=True,
-             TMA=tma)
+             TMA=tma, PERSIST=cfg.persistent)
     if tma:
         ops = dict(h=f"tensordesc<bf16[{bm},{bk}]>", w=f"tensordesc<bf16[{bn},{bk}]>")
     else:

@@ -20,6 +20,7 @@ python benchmarks/gpu/bench_lm_head_argmax.py [--rows 1 8 ... 256] [--sample] [-
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import sys
@@ -43,7 +44,15 @@ LAUNCHES = 10
 ROWS = [1, 16, 32, 64, 128, 192, 256]
 
 
-def configs(m: int) -> list[lha.LmHeadConfig]:
+def configs(m: int, persistent: bool = False) -> list[lha.LmHeadConfig]:
+    """--persistent: the engine's pick at m rows and its persistent walk only."""
+    if persistent:
+        dflt = lha.config_for_rows(m, tma=True)
+        return [dflt, dataclasses.replace(dflt, persistent=True)] if dflt.tma else [dflt]
+    return sweep_configs(m)
+
+
+def sweep_configs(m: int) -> list[lha.LmHeadConfig]:
     """Row tiles from 16 up to the next power of two of M (at most 256), 128- or 256-wide
     vocabulary tiles, 4 or 8 warps (8 for tiles of 128 x 256 and up); tiles of 64 rows and
     up also with TMA loads."""
@@ -61,7 +70,9 @@ def configs(m: int) -> list[lha.LmHeadConfig]:
     return out
 
 
-def time_rows(m, w, norm_w, table, token_ids, sampler, g, max_rows, sample: bool) -> dict:
+def time_rows(
+    m, w, norm_w, table, token_ids, sampler, g, max_rows, sample: bool, persistent: bool = False
+) -> dict:
     """The unfused tail, the LM head alone and every fused config at m rows."""
     dev = w.device
     x = torch.randn(m, H, device=dev, generator=g).to(torch.bfloat16)
@@ -104,7 +115,8 @@ def time_rows(m, w, norm_w, table, token_ids, sampler, g, max_rows, sample: bool
     t_unfused = per_launch(unfused)
     t_lmhead = per_launch(lmhead)
     best = (float("inf"), None)
-    for cfg in configs(m):
+    timed = {}
+    for cfg in configs(m, persistent):
         try:
             num_tokens.zero_()
             got = fused(cfg)
@@ -122,6 +134,9 @@ def time_rows(m, w, norm_w, table, token_ids, sampler, g, max_rows, sample: bool
             if max(gaps) > 0.05:
                 continue  # more than rounding: wrong
         t = per_launch(lambda cfg=cfg: fused(cfg))
+        timed[str(cfg)] = t
+        if persistent:
+            print(f"  M={m} {t:6.1f} us  {cfg}")
         if t < best[0]:
             best = (t, cfg)
     dflt = lha.config_for_rows(m, tma=lha._has_tma(dev), sample=sample)  # the engine's pick
@@ -133,7 +148,7 @@ def time_rows(m, w, norm_w, table, token_ids, sampler, g, max_rows, sample: bool
         f"best {best[0]:6.1f} {best[1]}  gain {t_unfused - best[0]:+.1f} us"
     )
     return dict(rows=m, unfused_us=t_unfused, lm_head_us=t_lmhead, fused_default_us=t_default,
-                fused_best_us=best[0], best=str(best[1]))  # fmt: skip
+                fused_best_us=best[0], best=str(best[1]), timed=timed)  # fmt: skip
 
 
 def main() -> int:
@@ -141,6 +156,9 @@ def main() -> int:
     ap.add_argument("--rows", type=int, nargs="+", default=ROWS)
     ap.add_argument("--json", default=None)
     ap.add_argument("--sample", action="store_true", help="the temperature tail")
+    ap.add_argument(
+        "--persistent", action="store_true", help="the engine's TMA pick vs its persistent walk"
+    )
     args = ap.parse_args()
     dev = "cuda"
     g = torch.Generator(device=dev).manual_seed(0)
@@ -155,7 +173,11 @@ def main() -> int:
     sampler = TritonSampler()
     results = []
     for m in args.rows:
-        results.append(time_rows(m, w, norm_w, table, token_ids, sampler, g, max_rows, args.sample))
+        results.append(
+            time_rows(
+                m, w, norm_w, table, token_ids, sampler, g, max_rows, args.sample, args.persistent
+            )  # fmt: skip
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0

@@ -153,6 +153,9 @@
 #           launch) up to 1.25 (default: only below), 2.5 and 100 (every batch from 40)
 #           sequences per program (STRIXLM_ATTN_PERSISTENT_MIN), alternating after a warm-up:
 #           finer items for the dynamic hand-out against one more launch a layer
+#   lmpersist the LM head's TMA tiles walked by a persistent grid (STRIXLM_LM_HEAD_PERSISTENT):
+#           bench_lm_head_argmax.py --persistent at 96-256 rows (tokens checked, graph times),
+#           then the workload on / off alternating after a warm-up (two pairs)
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
@@ -608,6 +611,12 @@ fi
 if has splitab; then  # two segments per sequence at larger batches: balance vs the merge launch
   run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_ATTN_PERSISTENT_MIN tp_split d1:1.25 m1:2.5 a1:100 d2:1.25 m2:2.5 a2:100
+fi
+if has lmpersist; then  # the LM head as one wave of programs walking its tiles
+  run lmpersist_bench 120 python benchmarks/gpu/bench_lm_head_argmax.py --persistent \
+    --rows 96 128 160 192 224 256 --json "$OUT/lmpersist_bench.json"
+  run tp_warm 100 $TP --model qwen3-0.6b
+  ab_tp STRIXLM_LM_HEAD_PERSISTENT tp_lmp on1:1 off1:0 on2:1 off2:0
 fi
 if has closing; then
   run e2e 240 python benchmarks/gpu/check_e2e.py

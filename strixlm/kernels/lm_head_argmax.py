@@ -24,6 +24,7 @@ from the persistent tables by state-table row, so a sampling graph needs no gath
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from dataclasses import dataclass
@@ -51,6 +52,9 @@ class LmHeadConfig:
     num_warps: int
     num_stages: int
     tma: bool = False  # tiles by TMA descriptors (K a multiple of block_k, aligned rows)
+    # One wave of programs walking the tiles in one flattened loop (TMA configs only), so
+    # the next tile's first loads are in flight during a tile's epilogue.
+    persistent: bool = False
 
 
 # Up to this many rows -> config: the fastest of benchmarks/gpu/bench_lm_head_argmax.py's
@@ -87,14 +91,28 @@ _SAMPLE_TMA_TABLE: list[tuple[int, LmHeadConfig]] = _TABLE[:2] + [
 ]
 # STRIXLM_LM_HEAD_TMA=0 keeps the pointer-load table on Hopper too (A/B runs).
 TMA_ENABLED = os.environ.get("STRIXLM_LM_HEAD_TMA", "1") != "0"
+# The TMA tables' tiles walked by a persistent grid (one wave, a flattened tile loop) instead
+# of one program per tile: the non-persistent kernel runs ~9 waves at 256 rows, each wave
+# paying its first loads' latency and its epilogue with no loads in flight. Opt-in
+# (STRIXLM_LM_HEAD_PERSISTENT=1) until measured on the H200.
+PERSISTENT_ENABLED = os.environ.get("STRIXLM_LM_HEAD_PERSISTENT", "0") == "1"
 
 
 def config_for_rows(m: int, tma: bool = False, sample: bool = False) -> LmHeadConfig:
     table = (_SAMPLE_TMA_TABLE if sample else _TMA_TABLE) if tma else _TABLE
-    for up_to, cfg in table:
-        if m <= up_to:
-            return cfg
-    return table[-1][1]
+    cfg = next((c for up_to, c in table if m <= up_to), table[-1][1])
+    if PERSISTENT_ENABLED and cfg.tma:
+        cfg = dataclasses.replace(cfg, persistent=True)
+    return cfg
+
+
+@functools.cache
+def _sm_count(device: torch.device) -> int:
+    """Programs of a persistent launch: one per SM (the wide tiles fit one program an SM);
+    a few under the interpreter, so its tests walk several tiles per program."""
+    if device.type != "cuda":
+        return 3
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 @functools.cache
@@ -180,34 +198,57 @@ if HAS_TRITON:
         SAMPLE: tl.constexpr,
         PRECISE: tl.constexpr,
         TMA: tl.constexpr,
+        PERSIST: tl.constexpr = False,
     ):
-        """h, w: pointers, or with TMA tensor descriptors (strides then unread)."""
-        pid_m = tl.program_id(0)
-        pid_n = tl.program_id(1)
-        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        """h, w: pointers, or with TMA tensor descriptors (strides then unread). PERSIST
+        (TMA only): a 1-D grid whose programs walk the tiles (row tiles fastest) in one
+        flattened loop."""
         offs_k = tl.arange(0, BLOCK_K)
         if TMA:
             dtype: tl.constexpr = h.dtype
         else:
             dtype: tl.constexpr = h.dtype.element_ty
-            h_rows = h + offs_m.to(tl.int64)[:, None] * stride_h
-            w_rows = w + offs_n.to(tl.int64)[:, None] * stride_w
-        pdl_prologue(PDL)
-        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        for k in range(0, K, BLOCK_K):
-            if TMA:  # rows past M or V arrive as zeros
-                a = h.load([pid_m * BLOCK_M, k])
-                b = w.load([pid_n * BLOCK_N, k])
-            else:
-                kk = k + offs_k
-                a = tl.load(h_rows + kk[None, :], mask=(offs_m < M)[:, None] & (kk < K)[None, :],
-                            other=0.0)  # fmt: skip
-                b = tl.load(w_rows + kk[None, :], mask=(offs_n < V)[:, None] & (kk < K)[None, :],
-                            other=0.0)  # fmt: skip
-            acc = tl.dot(a, b.T, acc)
-        _store_tile_best(acc, offs_m, offs_n, pid_n, M, V, S, val_ptr, idx_ptr, dtype,
-                         rows_ptr, temp_ptr, seed_ptr, pos_ptr, SAMPLE, PRECISE)  # fmt: skip
+        if PERSIST:
+            pdl_prologue(PDL)
+            num_m = tl.cdiv(M, BLOCK_M)
+            for t in tl.range(tl.program_id(0), num_m * S, tl.num_programs(0), flatten=True):
+                pid_m = t % num_m
+                pid_n = t // num_m
+                acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+                for k in range(0, K, BLOCK_K):
+                    a = h.load([pid_m * BLOCK_M, k])
+                    b = w.load([pid_n * BLOCK_N, k])
+                    acc = tl.dot(a, b.T, acc)
+                offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+                offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+                _store_tile_best(acc, offs_m, offs_n, pid_n, M, V, S, val_ptr, idx_ptr,
+                                 dtype, rows_ptr, temp_ptr, seed_ptr, pos_ptr, SAMPLE,
+                                 PRECISE)  # fmt: skip
+        else:
+            pid_m = tl.program_id(0)
+            pid_n = tl.program_id(1)
+            offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+            offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+            if not TMA:
+                h_rows = h + offs_m.to(tl.int64)[:, None] * stride_h
+                w_rows = w + offs_n.to(tl.int64)[:, None] * stride_w
+            pdl_prologue(PDL)
+            acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+            for k in range(0, K, BLOCK_K):
+                if TMA:  # rows past M or V arrive as zeros
+                    a = h.load([pid_m * BLOCK_M, k])
+                    b = w.load([pid_n * BLOCK_N, k])
+                else:
+                    kk = k + offs_k
+                    a = tl.load(h_rows + kk[None, :],
+                                mask=(offs_m < M)[:, None] & (kk < K)[None, :],
+                                other=0.0)  # fmt: skip
+                    b = tl.load(w_rows + kk[None, :],
+                                mask=(offs_n < V)[:, None] & (kk < K)[None, :],
+                                other=0.0)  # fmt: skip
+                acc = tl.dot(a, b.T, acc)
+            _store_tile_best(acc, offs_m, offs_n, pid_n, M, V, S, val_ptr, idx_ptr, dtype,
+                             rows_ptr, temp_ptr, seed_ptr, pos_ptr, SAMPLE, PRECISE)  # fmt: skip
 
 
 def lm_head_argmax(
@@ -251,7 +292,10 @@ def _launch(hidden, weight, cfg: LmHeadConfig | None, sample: tuple | None) -> t
     val = torch.empty((m, s), dtype=torch.float32, device=hidden.device)
     idx = torch.empty((m, s), dtype=torch.int32, device=hidden.device)
     pdl = pdl_enabled(hidden)
-    grid = (triton.cdiv(m, cfg.block_m), s)
+    tma = cfg.tma and k % cfg.block_k == 0 and tma_ready(hidden) and tma_ready(weight)
+    persist = tma and cfg.persistent
+    tiles = triton.cdiv(m, cfg.block_m) * s
+    grid = (min(tiles, _sm_count(hidden.device)),) if persist else (triton.cdiv(m, cfg.block_m), s)
     # libdevice's logf is what the sampler (and torch.log) runs on CUDA; not interpreted.
     precise = hidden.is_cuda
     consts = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, PDL=pdl,
@@ -261,13 +305,12 @@ def _launch(hidden, weight, cfg: LmHeadConfig | None, sample: tuple | None) -> t
                   enable_fp_fusion=sample is None)  # fmt: skip
     row_args = sample if sample is not None else (idx, val, idx, idx)  # unread: any pointers
     h, w = hidden, weight
-    tma = cfg.tma and k % cfg.block_k == 0 and tma_ready(hidden) and tma_ready(weight)
     if tma:
         h = TensorDescriptor.from_tensor(hidden, [cfg.block_m, cfg.block_k])
         w = TensorDescriptor.from_tensor(weight, [cfg.block_n, cfg.block_k])
     _lm_head_argmax_kernel[grid](
         h, w, val, idx, *row_args, m, v, k, hidden.stride(0), weight.stride(0), s, TMA=tma,
-        **consts, **launch,
+        PERSIST=persist, **consts, **launch,
     )  # fmt: skip
     argmax_finalize_kernel[(m,)](val, idx, tokens, s, SP=triton.next_power_of_2(s))
     return tokens
