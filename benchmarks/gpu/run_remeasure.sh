@@ -156,6 +156,7 @@
 #   lmpersist the LM head's TMA tiles walked by a persistent grid (STRIXLM_LM_HEAD_PERSISTENT):
 #           bench_lm_head_argmax.py --persistent at 96-256 rows (tokens checked, graph times),
 #           then the workload on / off alternating after a warm-up (two pairs)
+#   lmpersistab the workload part of lmpersist alone
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
@@ -615,6 +616,8 @@ fi
 if has lmpersist; then  # the LM head as one wave of programs walking its tiles
   run lmpersist_bench 120 python benchmarks/gpu/bench_lm_head_argmax.py --persistent \
     --rows 96 128 160 192 224 256 --json "$OUT/lmpersist_bench.json"
+fi
+if has lmpersist || has lmpersistab; then
   run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_LM_HEAD_PERSISTENT tp_lmp on1:1 off1:0 on2:1 off2:0
 fi
