@@ -7,6 +7,7 @@ fp16 only in the interpreter (it is not a reference for bf16 dots); bf16 gets th
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 # Must be set before triton is imported: @triton.jit picks the interpreter at decoration.
@@ -106,10 +107,24 @@ def test_table_covers_every_row_count():
     assert not any(c.tma for c in seen)
     tma = [lha.config_for_rows(m, tma=True) for m in (1, 64, 96, 97, 224, 4096)]
     assert tma[:2] == seen[:1] + [lha.config_for_rows(64)]  # pointer loads below 96 rows
-    assert all(c.tma for c in tma[2:]) and tma[-1] == lha._TMA_TABLE[-1][1]
+    persist = dataclasses.replace(lha._TMA_TABLE[-1][1], persistent=True)
+    assert all(c.tma for c in tma[2:]) and tma[-1] == persist
     sample = [lha.config_for_rows(m, tma=True, sample=True) for m in (32, 33, 256)]
-    assert not sample[0].tma and sample[1].tma and sample[2] == lha._SAMPLE_TMA_TABLE[-1][1]
+    assert not sample[0].tma and sample[1].tma
+    assert sample[2] == dataclasses.replace(lha._SAMPLE_TMA_TABLE[-1][1], persistent=True)
     assert lha.fused_sample_max_rows(torch.device("cpu")) == 32
+
+
+def test_persistent_walk_from_129_rows_on_tma_tiles_only():
+    """The persistent grid takes the TMA tables' tiles from PERSISTENT_MIN_ROWS (129) rows:
+    at 128 rows it measured slower on the H200, and pointer-load tiles never take it."""
+    assert lha.PERSISTENT_MIN_ROWS == 129
+    for sample in (False, True):
+        picks = {m: lha.config_for_rows(m, tma=True, sample=sample) for m in (96, 128, 129, 256)}
+        assert not picks[96].persistent and not picks[128].persistent
+        assert picks[129].persistent and picks[256].persistent
+        assert picks[129].tma and picks[256].tma
+    assert not any(lha.config_for_rows(m).persistent for m in (129, 256, 4096))
 
 
 AOT = r"""

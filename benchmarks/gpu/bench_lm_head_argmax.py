@@ -45,10 +45,11 @@ ROWS = [1, 16, 32, 64, 128, 192, 256]
 
 
 def configs(m: int, persistent: bool = False) -> list[lha.LmHeadConfig]:
-    """--persistent: the engine's pick at m rows and its persistent walk only."""
+    """--persistent: the engine's tiles at m rows, one program a tile and walked by a
+    persistent grid, only."""
     if persistent:
-        dflt = lha.config_for_rows(m, tma=True)
-        return [dflt, dataclasses.replace(dflt, persistent=True)] if dflt.tma else [dflt]
+        base = dataclasses.replace(lha.config_for_rows(m, tma=True), persistent=False)
+        return [base, dataclasses.replace(base, persistent=True)] if base.tma else [base]
     return sweep_configs(m)
 
 

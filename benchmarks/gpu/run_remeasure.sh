@@ -153,9 +153,11 @@
 #           launch) up to 1.25 (default: only below), 2.5 and 100 (every batch from 40)
 #           sequences per program (STRIXLM_ATTN_PERSISTENT_MIN), alternating after a warm-up:
 #           finer items for the dynamic hand-out against one more launch a layer
-#   lmpersist the LM head's TMA tiles walked by a persistent grid (STRIXLM_LM_HEAD_PERSISTENT):
+#   lmpersist the LM head's TMA tiles walked by a persistent grid from 129 rows (the default
+#           since session 26) or never (STRIXLM_LM_HEAD_PERSISTENT_MIN_ROWS=129 / 0):
 #           bench_lm_head_argmax.py --persistent at 96-256 rows (tokens checked, graph times),
-#           then the workload on / off alternating after a warm-up (two pairs)
+#           then the workload on / off alternating after a warm-up (two pairs). Session 26
+#           measured it at every TMA row count (96 up), as an opt-in switch of that time
 #   lmpersistab the workload part of lmpersist alone
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
@@ -619,7 +621,7 @@ if has lmpersist; then  # the LM head as one wave of programs walking its tiles
 fi
 if has lmpersist || has lmpersistab; then
   run tp_warm 100 $TP --model qwen3-0.6b
-  ab_tp STRIXLM_LM_HEAD_PERSISTENT tp_lmp on1:1 off1:0 on2:1 off2:0
+  ab_tp STRIXLM_LM_HEAD_PERSISTENT_MIN_ROWS tp_lmp on1:129 off1:0 on2:129 off2:0
 fi
 if has closing; then
   run e2e 240 python benchmarks/gpu/check_e2e.py

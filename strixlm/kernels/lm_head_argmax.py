@@ -91,17 +91,20 @@ _SAMPLE_TMA_TABLE: list[tuple[int, LmHeadConfig]] = _TABLE[:2] + [
 ]
 # STRIXLM_LM_HEAD_TMA=0 keeps the pointer-load table on Hopper too (A/B runs).
 TMA_ENABLED = os.environ.get("STRIXLM_LM_HEAD_TMA", "1") != "0"
-# The TMA tables' tiles walked by a persistent grid (one wave, a flattened tile loop) instead
-# of one program per tile: the non-persistent kernel runs ~9 waves at 256 rows, each wave
-# paying its first loads' latency and its epilogue with no loads in flight. Opt-in
-# (STRIXLM_LM_HEAD_PERSISTENT=1) until measured on the H200.
-PERSISTENT_ENABLED = os.environ.get("STRIXLM_LM_HEAD_PERSISTENT", "0") == "1"
+# From PERSISTENT_MIN_ROWS rows, the TMA tables' tiles are walked by a persistent grid (one
+# wave, a flattened tile loop) instead of one program per tile: that kernel runs ~9 waves at
+# 256 rows, each paying its first loads' latency and an epilogue with no loads in flight.
+# H200, bench_lm_head_argmax.py --persistent (session 26): 141.0 -> 115.1 us at 192 rows,
+# 138.5 -> 125.9 at 256, but 94.9 -> 105.0 at 128 (whose 4-warp tiles ran two programs an
+# SM). Workload with it at every TMA row count: 27,513 -> 27,590 tok/s (+0.28%, two pairs).
+# STRIXLM_LM_HEAD_PERSISTENT_MIN_ROWS=0 turns it off.
+PERSISTENT_MIN_ROWS = int(os.environ.get("STRIXLM_LM_HEAD_PERSISTENT_MIN_ROWS", "129"))
 
 
 def config_for_rows(m: int, tma: bool = False, sample: bool = False) -> LmHeadConfig:
     table = (_SAMPLE_TMA_TABLE if sample else _TMA_TABLE) if tma else _TABLE
     cfg = next((c for up_to, c in table if m <= up_to), table[-1][1])
-    if PERSISTENT_ENABLED and cfg.tma:
+    if 0 < PERSISTENT_MIN_ROWS <= m and cfg.tma:
         cfg = dataclasses.replace(cfg, persistent=True)
     return cfg
 
