@@ -26,8 +26,9 @@ SMALL = lha.LmHeadConfig(16, 64, 32, 4, 2)
 SMALL_TMA = lha.LmHeadConfig(16, 64, 32, 4, 2, tma=True)
 # Three programs walk the tiles under the interpreter (lm_head_argmax._sm_count).
 SMALL_PERSIST = lha.LmHeadConfig(16, 64, 32, 4, 2, tma=True, persistent=True)
-CONFIGS = [SMALL, SMALL_TMA, SMALL_PERSIST]
-IDS = ["pointer", "tma", "persistent"]
+SMALL_PERSIST2 = lha.LmHeadConfig(16, 64, 32, 4, 2, tma=True, persistent=True, programs_per_sm=2)
+CONFIGS = [SMALL, SMALL_TMA, SMALL_PERSIST, SMALL_PERSIST2]
+IDS = ["pointer", "tma", "persistent", "persistent2"]
 
 
 def _gen(seed: int) -> torch.Generator:

@@ -44,13 +44,25 @@ LAUNCHES = 10
 ROWS = [1, 16, 32, 64, 128, 192, 256]
 
 
-def configs(m: int, persistent: bool = False) -> list[lha.LmHeadConfig]:
-    """--persistent: the engine's tiles at m rows, one program a tile and walked by a
-    persistent grid, only."""
-    if persistent:
-        base = dataclasses.replace(lha.config_for_rows(m, tma=True), persistent=False)
-        return [base, dataclasses.replace(base, persistent=True)] if base.tma else [base]
-    return sweep_configs(m)
+def configs(m: int, persistent: str = "") -> list[lha.LmHeadConfig]:
+    """persistent "pick": the engine's tiles at m rows, one program a tile and walked by a
+    persistent grid, only; "sweep": the sweep's TMA tiles walked by a persistent grid of one
+    and of two programs an SM, after the engine's pick both ways."""
+    if not persistent:
+        return sweep_configs(m)
+    base = dataclasses.replace(lha.config_for_rows(m, tma=True), persistent=False)
+    if not base.tma:
+        return [base]
+    out = [base, dataclasses.replace(base, persistent=True)]
+    if persistent == "sweep":
+        walks = [c for c in sweep_configs(m) if c.tma]
+        out += [
+            dataclasses.replace(c, persistent=True, programs_per_sm=p)
+            for c in walks
+            for p in (1, 2)
+            if p == 1 or (c.num_stages * (c.block_m + c.block_n) * c.block_k * 2 <= 110 * 1024)
+        ]
+    return out
 
 
 def sweep_configs(m: int) -> list[lha.LmHeadConfig]:
@@ -72,7 +84,7 @@ def sweep_configs(m: int) -> list[lha.LmHeadConfig]:
 
 
 def time_rows(
-    m, w, norm_w, table, token_ids, sampler, g, max_rows, sample: bool, persistent: bool = False
+    m, w, norm_w, table, token_ids, sampler, g, max_rows, sample: bool, persistent: str = ""
 ) -> dict:
     """The unfused tail, the LM head alone and every fused config at m rows."""
     dev = w.device
@@ -158,7 +170,13 @@ def main() -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--sample", action="store_true", help="the temperature tail")
     ap.add_argument(
-        "--persistent", action="store_true", help="the engine's TMA pick vs its persistent walk"
+        "--persistent",
+        nargs="?",
+        const="pick",
+        default="",
+        choices=["pick", "sweep"],
+        help="pick: the engine's TMA tiles, one program a tile vs a persistent walk; sweep: "
+        "also every TMA tile config walked by one or two programs an SM",
     )
     args = ap.parse_args()
     dev = "cuda"

@@ -55,6 +55,7 @@ class LmHeadConfig:
     # One wave of programs walking the tiles in one flattened loop (TMA configs only), so
     # the next tile's first loads are in flight during a tile's epilogue.
     persistent: bool = False
+    programs_per_sm: int = 1  # the persistent grid's size, per SM
 
 
 # Up to this many rows -> config: the fastest of benchmarks/gpu/bench_lm_head_argmax.py's
@@ -111,8 +112,8 @@ def config_for_rows(m: int, tma: bool = False, sample: bool = False) -> LmHeadCo
 
 @functools.cache
 def _sm_count(device: torch.device) -> int:
-    """Programs of a persistent launch: one per SM (the wide tiles fit one program an SM);
-    a few under the interpreter, so its tests walk several tiles per program."""
+    """SMs for a persistent launch's grid (programs_per_sm each); a few under the
+    interpreter, so its tests walk several tiles per program."""
     if device.type != "cuda":
         return 3
     return torch.cuda.get_device_properties(device).multi_processor_count
@@ -298,7 +299,8 @@ def _launch(hidden, weight, cfg: LmHeadConfig | None, sample: tuple | None) -> t
     tma = cfg.tma and k % cfg.block_k == 0 and tma_ready(hidden) and tma_ready(weight)
     persist = tma and cfg.persistent
     tiles = triton.cdiv(m, cfg.block_m) * s
-    grid = (min(tiles, _sm_count(hidden.device)),) if persist else (triton.cdiv(m, cfg.block_m), s)
+    programs = _sm_count(hidden.device) * cfg.programs_per_sm
+    grid = (min(tiles, programs),) if persist else (triton.cdiv(m, cfg.block_m), s)
     # libdevice's logf is what the sampler (and torch.log) runs on CUDA; not interpreted.
     precise = hidden.is_cuda
     consts = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, PDL=pdl,
