@@ -13,7 +13,9 @@ of sums taken in another order).
 Programs of one vocabulary tile are adjacent in the grid (rows fastest), so the weight tile
 is read from HBM once and from L2 by the other row tiles. A config may load its tiles by
 TMA (host tensor descriptors, as kernels/tma_linear.py does) instead of pointer loads; the
-epilogue is the same.
+epilogue is the same. A TMA config may also be walked by a persistent grid (a few programs an
+SM, each looping over its share of the tiles in the same order), so that the next tile's
+loads overlap a tile's epilogue: the same tiles and sums, so the same tokens.
 
 lm_head_sample is the same kernel with a Gumbel-max epilogue for temperature sampling: each
 value is divided by its row's temperature and gets the sampler's noise for (seed, position,
