@@ -26,13 +26,19 @@ def replay_time_us(g: torch.cuda.CUDAGraph, reps: int = 20) -> float:
     """Replay time of a captured (and instantiated) graph: median of 3 batches of reps."""
     g.replay()
     torch.cuda.synchronize()
+    return sorted(batch_times_ms(g.replay, reps))[1] * 1e3
+
+
+def batch_times_ms(fn, reps: int, batches: int = 3) -> list[float]:
+    """Per-call GPU time (ms) of fn over each of `batches` runs of reps calls, from CUDA
+    events around each run."""
     times = []
-    for _ in range(3):
+    for _ in range(batches):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(reps):
-            g.replay()
+            fn()
         end.record()
         torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / reps)
-    return sorted(times)[1]
+        times.append(start.elapsed_time(end) / reps)
+    return times

@@ -71,6 +71,7 @@ def child(
 ) -> dict:
     patch(skips)
     from dummy_engine import dummy_llm
+    from graph_timing import batch_times_ms
 
     from strixlm.engine.request import SamplingParams
 
@@ -86,16 +87,7 @@ def child(
         for _ in range(b * prompt_len // budget + 10):
             engine.step()
         torch.cuda.synchronize()
-        times = []
-        for _ in range(3):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(steps):
-                engine.step()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / steps)
-        out[b] = min(times)
+        out[b] = min(batch_times_ms(engine.step, steps))
         if b in kernels:
             print(f"##### kernels at batch {b} (skip {sorted(skips) or 'none'})")
             print(kernel_table(engine, 10), flush=True)
