@@ -24,7 +24,7 @@ import strixlm.kernels.lm_head_argmax as lha  # noqa: E402
 
 SMALL = lha.LmHeadConfig(16, 64, 32, 4, 2)
 SMALL_TMA = lha.LmHeadConfig(16, 64, 32, 4, 2, tma=True)
-# Three programs walk the tiles under the interpreter (lm_head_argmax._sm_count).
+# Three programs walk the tiles under the interpreter (dispatch.persistent_sms).
 SMALL_PERSIST = lha.LmHeadConfig(16, 64, 32, 4, 2, tma=True, persistent=True)
 SMALL_PERSIST2 = lha.LmHeadConfig(16, 64, 32, 4, 2, tma=True, persistent=True, programs_per_sm=2)
 CONFIGS = [SMALL, SMALL_TMA, SMALL_PERSIST, SMALL_PERSIST2]

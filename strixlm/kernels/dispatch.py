@@ -4,6 +4,7 @@ CUDA too, for A/B checks)."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 
@@ -18,3 +19,12 @@ def triton_disabled() -> bool:
 
 def use_triton(x: torch.Tensor) -> bool:
     return x.is_cuda and HAS_TRITON and not triton_disabled()
+
+
+@functools.cache
+def persistent_sms(device: torch.device) -> int:
+    """SMs a persistent kernel's grid is sized by (a few programs an SM); 3 off CUDA (the
+    interpreter), so tests walk several tiles per program."""
+    if device.type != "cuda":
+        return 3
+    return torch.cuda.get_device_properties(device).multi_processor_count

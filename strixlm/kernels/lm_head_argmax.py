@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
-from strixlm.kernels.dispatch import HAS_TRITON
+from strixlm.kernels.dispatch import HAS_TRITON, persistent_sms
 from strixlm.kernels.pdl import pdl_enabled
 
 if HAS_TRITON:
@@ -110,15 +110,6 @@ def config_for_rows(m: int, tma: bool = False, sample: bool = False) -> LmHeadCo
     if 0 < PERSISTENT_MIN_ROWS <= m and cfg.tma:
         cfg = dataclasses.replace(cfg, persistent=True)
     return cfg
-
-
-@functools.cache
-def _sm_count(device: torch.device) -> int:
-    """SMs for a persistent launch's grid (programs_per_sm each); a few under the
-    interpreter, so its tests walk several tiles per program."""
-    if device.type != "cuda":
-        return 3
-    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 @functools.cache
@@ -301,7 +292,7 @@ def _launch(hidden, weight, cfg: LmHeadConfig | None, sample: tuple | None) -> t
     tma = cfg.tma and k % cfg.block_k == 0 and tma_ready(hidden) and tma_ready(weight)
     persist = tma and cfg.persistent
     tiles = triton.cdiv(m, cfg.block_m) * s
-    programs = _sm_count(hidden.device) * cfg.programs_per_sm
+    programs = persistent_sms(hidden.device) * cfg.programs_per_sm
     grid = (min(tiles, programs),) if persist else (triton.cdiv(m, cfg.block_m), s)
     # libdevice's logf is what the sampler (and torch.log) runs on CUDA; not interpreted.
     precise = hidden.is_cuda
