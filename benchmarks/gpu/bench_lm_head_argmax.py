@@ -46,16 +46,15 @@ ROWS = [1, 16, 32, 64, 128, 192, 256]
 
 def configs(m: int, persistent: str = "") -> list[lha.LmHeadConfig]:
     """persistent "pick": the engine's tiles at m rows, one program a tile and walked by a
-    persistent grid, only; "sweep": the sweep's TMA tiles walked by a persistent grid of one
-    and of two programs an SM, after the engine's pick both ways."""
+    persistent grid, only; "sweep": also the sweep's TMA tiles (64 rows and up, so below 64
+    rows too: the tail's LM head only streams its weight) walked by a persistent grid of one
+    and of two programs an SM."""
     if not persistent:
         return sweep_configs(m)
     base = dataclasses.replace(lha.config_for_rows(m, tma=True), persistent=False)
-    if not base.tma:
-        return [base]
-    out = [base, dataclasses.replace(base, persistent=True)]
+    out = [base, dataclasses.replace(base, persistent=True)] if base.tma else [base]
     if persistent == "sweep":
-        walks = [c for c in sweep_configs(m) if c.tma]
+        walks = [c for c in sweep_configs(max(m, 64)) if c.tma]
         out += [
             dataclasses.replace(c, persistent=True, programs_per_sm=p)
             for c in walks

@@ -162,8 +162,9 @@
 #           measured it at every TMA row count (96 up), as an opt-in switch of that time
 #   lmpersistab the workload part of lmpersist alone
 #   lmsweep the LM head's tile configs walked by a persistent grid of one or two programs an
-#           SM, at 96-256 rows (bench_lm_head_argmax.py --persistent sweep): the data for a
-#           persistent table, and whether two programs an SM win back 96-128 rows
+#           SM, at 16-256 rows (bench_lm_head_argmax.py --persistent sweep): the data for a
+#           persistent table, whether two programs an SM win back 96-128 rows, and whether
+#           64-row TMA tiles walked persistently beat the pointer tiles below 96 rows
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
@@ -629,8 +630,8 @@ if has lmpersist; then  # the LM head as one wave of programs walking its tiles
     --rows 96 128 160 192 224 256 --json "$OUT/lmpersist_bench.json"
 fi
 if has lmsweep; then  # persistent tile configs, one or two programs an SM
-  run lmsweep 400 python benchmarks/gpu/bench_lm_head_argmax.py --persistent sweep \
-    --rows 96 128 160 192 224 256 --json "$OUT/lmsweep.json"
+  run lmsweep 500 python benchmarks/gpu/bench_lm_head_argmax.py --persistent sweep \
+    --rows 16 32 64 96 128 160 192 224 256 --json "$OUT/lmsweep.json"
   grep -E "^M=" "$OUT/lmsweep.log"
 fi
 if has lmpersist || has lmpersistab; then
