@@ -54,8 +54,8 @@ class LmHeadConfig:
     num_warps: int
     num_stages: int
     tma: bool = False  # tiles by TMA descriptors (K a multiple of block_k, aligned rows)
-    # One wave of programs walking the tiles in one flattened loop (TMA configs only), so
-    # the next tile's first loads are in flight during a tile's epilogue.
+    # One wave of programs walking the tiles in one flattened loop, so the next tile's first
+    # loads are in flight during a tile's epilogue.
     persistent: bool = False
     programs_per_sm: int = 1  # the persistent grid's size, per SM
 
@@ -197,9 +197,9 @@ if HAS_TRITON:
         TMA: tl.constexpr,
         PERSIST: tl.constexpr = False,
     ):
-        """h, w: pointers, or with TMA tensor descriptors (strides then unread). PERSIST
-        (TMA only): a 1-D grid whose programs walk the tiles (row tiles fastest) in one
-        flattened loop."""
+        """h, w: pointers, or with TMA tensor descriptors (strides then unread, and so are
+        _load_tiles' row pointers and offsets). PERSIST: a 1-D grid whose programs walk the
+        tiles (row tiles fastest) in one flattened loop."""
         offs_k = tl.arange(0, BLOCK_K)
         if TMA:
             dtype: tl.constexpr = h.dtype
@@ -212,12 +212,22 @@ if HAS_TRITON:
                 pid_m = t % num_m
                 pid_n = t // num_m
                 acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-                for k in range(0, K, BLOCK_K):
-                    a = h.load([pid_m * BLOCK_M, k])
-                    b = w.load([pid_n * BLOCK_N, k])
-                    acc = tl.dot(a, b.T, acc)
-                offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-                offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+                if TMA:  # the tile's offsets after its loop: fewer registers live across it
+                    for k in range(0, K, BLOCK_K):
+                        a, b = _load_tiles(h, w, h, w, k, pid_m, pid_n, pid_m, pid_n, offs_k,
+                                           M, V, K, BLOCK_M, BLOCK_N, TMA)  # fmt: skip
+                        acc = tl.dot(a, b.T, acc)
+                    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+                    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+                else:
+                    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+                    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+                    h_rows = h + offs_m.to(tl.int64)[:, None] * stride_h
+                    w_rows = w + offs_n.to(tl.int64)[:, None] * stride_w
+                    for k in range(0, K, BLOCK_K):
+                        a, b = _load_tiles(h, w, h_rows, w_rows, k, pid_m, pid_n, offs_m, offs_n,
+                                           offs_k, M, V, K, BLOCK_M, BLOCK_N, TMA)  # fmt: skip
+                        acc = tl.dot(a, b.T, acc)
                 _store_tile_best(acc, offs_m, offs_n, pid_n, M, V, S, val_ptr, idx_ptr,
                                  dtype, rows_ptr, temp_ptr, seed_ptr, pos_ptr, SAMPLE,
                                  PRECISE)  # fmt: skip
@@ -226,26 +236,37 @@ if HAS_TRITON:
             pid_n = tl.program_id(1)
             offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
             offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-            if not TMA:
+            if TMA:
+                h_rows = h
+                w_rows = w
+            else:
                 h_rows = h + offs_m.to(tl.int64)[:, None] * stride_h
                 w_rows = w + offs_n.to(tl.int64)[:, None] * stride_w
             pdl_prologue(PDL)
             acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
             for k in range(0, K, BLOCK_K):
-                if TMA:  # rows past M or V arrive as zeros
-                    a = h.load([pid_m * BLOCK_M, k])
-                    b = w.load([pid_n * BLOCK_N, k])
-                else:
-                    kk = k + offs_k
-                    a = tl.load(h_rows + kk[None, :],
-                                mask=(offs_m < M)[:, None] & (kk < K)[None, :],
-                                other=0.0)  # fmt: skip
-                    b = tl.load(w_rows + kk[None, :],
-                                mask=(offs_n < V)[:, None] & (kk < K)[None, :],
-                                other=0.0)  # fmt: skip
+                a, b = _load_tiles(h, w, h_rows, w_rows, k, pid_m, pid_n, offs_m, offs_n, offs_k,
+                                   M, V, K, BLOCK_M, BLOCK_N, TMA)  # fmt: skip
                 acc = tl.dot(a, b.T, acc)
             _store_tile_best(acc, offs_m, offs_n, pid_n, M, V, S, val_ptr, idx_ptr, dtype,
                              rows_ptr, temp_ptr, seed_ptr, pos_ptr, SAMPLE, PRECISE)  # fmt: skip
+
+    @triton.jit
+    def _load_tiles(h, w, h_rows, w_rows, k, pid_m, pid_n, offs_m, offs_n, offs_k, M, V, K,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr):  # fmt: skip
+        """The K step at k of tile (pid_m, pid_n): [BLOCK_M, BLOCK_K] of h and [BLOCK_N,
+        BLOCK_K] of w, by TMA (rows past M or V arrive as zeros) or by masked pointer loads
+        from the tile's row pointers."""
+        if TMA:
+            a = h.load([pid_m * BLOCK_M, k])
+            b = w.load([pid_n * BLOCK_N, k])
+        else:
+            kk = k + offs_k
+            a = tl.load(h_rows + kk[None, :], mask=(offs_m < M)[:, None] & (kk < K)[None, :],
+                        other=0.0)  # fmt: skip
+            b = tl.load(w_rows + kk[None, :], mask=(offs_n < V)[:, None] & (kk < K)[None, :],
+                        other=0.0)  # fmt: skip
+        return a, b
 
 
 def lm_head_argmax(
@@ -290,7 +311,7 @@ def _launch(hidden, weight, cfg: LmHeadConfig | None, sample: tuple | None) -> t
     idx = torch.empty((m, s), dtype=torch.int32, device=hidden.device)
     pdl = pdl_enabled(hidden)
     tma = cfg.tma and k % cfg.block_k == 0 and tma_ready(hidden) and tma_ready(weight)
-    persist = tma and cfg.persistent
+    persist = cfg.persistent
     tiles = triton.cdiv(m, cfg.block_m) * s
     programs = persistent_sms(hidden.device) * cfg.programs_per_sm
     grid = (min(tiles, programs),) if persist else (triton.cdiv(m, cfg.block_m), s)
