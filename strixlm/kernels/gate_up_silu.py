@@ -222,8 +222,8 @@ if HAS_TRITON:
                 _tma_gate_up_silu_tile(x_desc, w_desc, out_desc, INTER, K, off_m, off_n,
                                        BLOCK_M, BLOCK_N, BLOCK_K)  # fmt: skip
         else:
-            off_m = tl.program_id(1) * BLOCK_M
             off_n = tl.program_id(0) * BLOCK_N
+            off_m = tl.program_id(1) * BLOCK_M
             _tma_gate_up_silu_tile(x_desc, w_desc, out_desc, INTER, K, off_m, off_n,
                                    BLOCK_M, BLOCK_N, BLOCK_K)  # fmt: skip
 
