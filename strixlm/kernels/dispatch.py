@@ -22,9 +22,16 @@ def use_triton(x: torch.Tensor) -> bool:
 
 
 @functools.cache
+def _cuda_sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def sm_count(device: torch.device) -> int:
+    """The SM count of a CUDA device (an index-less device means the current one)."""
+    return _cuda_sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
 def persistent_sms(device: torch.device) -> int:
     """SMs a persistent kernel's grid is sized by (a few programs an SM); 3 off CUDA (the
     interpreter), so tests walk several tiles per program."""
-    if device.type != "cuda":
-        return 3
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    return sm_count(device) if device.type == "cuda" else 3

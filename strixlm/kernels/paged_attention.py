@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from strixlm.kernels.dispatch import sm_count
 from strixlm.kernels.kv_write import FP8_DTYPE, HAS_TRITON
 from strixlm.kernels.pdl import EARLY_LOADS, pdl_enabled
 
@@ -88,16 +89,10 @@ def _pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-_NUM_SMS: dict[int, int] = {}
-
-
 def num_sms(device: torch.device) -> int:
     if device.type != "cuda":
         return 132  # H200; only used by the heuristic under the interpreter
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    if idx not in _NUM_SMS:
-        _NUM_SMS[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
-    return _NUM_SMS[idx]
+    return sm_count(device)
 
 
 def choose_num_splits(

@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 import torch
 
+from strixlm.kernels.dispatch import sm_count
 from strixlm.sample.logprobs import LogprobsTensors, gather_logprobs, raw_logprobs
 from strixlm.sample.metadata import SamplingMetadata
 from strixlm.sample.penalties import apply_logit_bias
@@ -91,9 +92,6 @@ def _pow2(n: int) -> int:
 SP = _pow2(MAX_SPLITS)
 
 
-_SM_COUNT: dict[int, int] = {}
-
-
 def _splits(
     num_rows: int, vocab: int, requested: int | None, device: torch.device, block: int
 ) -> tuple[int, int]:
@@ -101,10 +99,7 @@ def _splits(
     tiles = _cdiv(vocab, block)
     if requested is None:
         if device.type == "cuda":
-            idx = device.index if device.index is not None else torch.cuda.current_device()
-            if idx not in _SM_COUNT:
-                _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
-            target = PROGRAMS_PER_SM * _SM_COUNT[idx]
+            target = PROGRAMS_PER_SM * sm_count(device)
         else:
             target = 1  # the interpreter runs programs one by one
         requested = max(1, target // max(num_rows, 1))
