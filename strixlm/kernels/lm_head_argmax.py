@@ -198,7 +198,7 @@ if HAS_TRITON:
         PERSIST: tl.constexpr = False,
     ):
         """h, w: pointers, or with TMA tensor descriptors (strides then unread, and so are
-        _load_tiles' row pointers and offsets). PERSIST: a 1-D grid whose programs walk the
+        _tile_logits' row pointers and offsets). PERSIST: a 1-D grid whose programs walk the
         tiles (row tiles fastest) in one flattened loop."""
         offs_k = tl.arange(0, BLOCK_K)
         if TMA:
@@ -211,12 +211,9 @@ if HAS_TRITON:
             for t in tl.range(tl.program_id(0), num_m * S, tl.num_programs(0), flatten=True):
                 pid_m = t % num_m
                 pid_n = t // num_m
-                acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
                 if TMA:  # the tile's offsets after its loop: fewer registers live across it
-                    for k in range(0, K, BLOCK_K):
-                        a, b = _load_tiles(h, w, h, w, k, pid_m, pid_n, pid_m, pid_n, offs_k,
-                                           M, V, K, BLOCK_M, BLOCK_N, TMA)  # fmt: skip
-                        acc = tl.dot(a, b.T, acc)
+                    acc = _tile_logits(h, w, h, w, pid_m, pid_n, pid_m, pid_n, offs_k, M, V, K,
+                                       BLOCK_M, BLOCK_N, BLOCK_K, TMA)  # fmt: skip
                     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
                     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
                 else:
@@ -224,10 +221,8 @@ if HAS_TRITON:
                     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
                     h_rows = h + offs_m.to(tl.int64)[:, None] * stride_h
                     w_rows = w + offs_n.to(tl.int64)[:, None] * stride_w
-                    for k in range(0, K, BLOCK_K):
-                        a, b = _load_tiles(h, w, h_rows, w_rows, k, pid_m, pid_n, offs_m, offs_n,
-                                           offs_k, M, V, K, BLOCK_M, BLOCK_N, TMA)  # fmt: skip
-                        acc = tl.dot(a, b.T, acc)
+                    acc = _tile_logits(h, w, h_rows, w_rows, pid_m, pid_n, offs_m, offs_n, offs_k,
+                                       M, V, K, BLOCK_M, BLOCK_N, BLOCK_K, TMA)  # fmt: skip
                 _store_tile_best(acc, offs_m, offs_n, pid_n, M, V, S, val_ptr, idx_ptr,
                                  dtype, rows_ptr, temp_ptr, seed_ptr, pos_ptr, SAMPLE,
                                  PRECISE)  # fmt: skip
@@ -243,30 +238,31 @@ if HAS_TRITON:
                 h_rows = h + offs_m.to(tl.int64)[:, None] * stride_h
                 w_rows = w + offs_n.to(tl.int64)[:, None] * stride_w
             pdl_prologue(PDL)
-            acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-            for k in range(0, K, BLOCK_K):
-                a, b = _load_tiles(h, w, h_rows, w_rows, k, pid_m, pid_n, offs_m, offs_n, offs_k,
-                                   M, V, K, BLOCK_M, BLOCK_N, TMA)  # fmt: skip
-                acc = tl.dot(a, b.T, acc)
+            acc = _tile_logits(h, w, h_rows, w_rows, pid_m, pid_n, offs_m, offs_n, offs_k, M, V,
+                               K, BLOCK_M, BLOCK_N, BLOCK_K, TMA)  # fmt: skip
             _store_tile_best(acc, offs_m, offs_n, pid_n, M, V, S, val_ptr, idx_ptr, dtype,
                              rows_ptr, temp_ptr, seed_ptr, pos_ptr, SAMPLE, PRECISE)  # fmt: skip
 
     @triton.jit
-    def _load_tiles(h, w, h_rows, w_rows, k, pid_m, pid_n, offs_m, offs_n, offs_k, M, V, K,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr):  # fmt: skip
-        """The K step at k of tile (pid_m, pid_n): [BLOCK_M, BLOCK_K] of h and [BLOCK_N,
-        BLOCK_K] of w, by TMA (rows past M or V arrive as zeros) or by masked pointer loads
-        from the tile's row pointers."""
-        if TMA:
-            a = h.load([pid_m * BLOCK_M, k])
-            b = w.load([pid_n * BLOCK_N, k])
-        else:
-            kk = k + offs_k
-            a = tl.load(h_rows + kk[None, :], mask=(offs_m < M)[:, None] & (kk < K)[None, :],
-                        other=0.0)  # fmt: skip
-            b = tl.load(w_rows + kk[None, :], mask=(offs_n < V)[:, None] & (kk < K)[None, :],
-                        other=0.0)  # fmt: skip
-        return a, b
+    def _tile_logits(h, w, h_rows, w_rows, pid_m, pid_n, offs_m, offs_n, offs_k, M, V, K,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                     TMA: tl.constexpr):  # fmt: skip
+        """Tile (pid_m, pid_n)'s fp32 logits: its K loop over [BLOCK_M, BLOCK_K] of h and
+        [BLOCK_N, BLOCK_K] of w, by TMA (rows past M or V arrive as zeros; h_rows, w_rows and
+        the offsets unread) or by masked pointer loads from the tile's row pointers."""
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for k in range(0, K, BLOCK_K):
+            if TMA:
+                a = h.load([pid_m * BLOCK_M, k])
+                b = w.load([pid_n * BLOCK_N, k])
+            else:
+                kk = k + offs_k
+                a = tl.load(h_rows + kk[None, :], mask=(offs_m < M)[:, None] & (kk < K)[None, :],
+                            other=0.0)  # fmt: skip
+                b = tl.load(w_rows + kk[None, :], mask=(offs_n < V)[:, None] & (kk < K)[None, :],
+                            other=0.0)  # fmt: skip
+            acc = tl.dot(a, b.T, acc)
+        return acc
 
 
 def lm_head_argmax(
