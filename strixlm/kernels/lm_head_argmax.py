@@ -308,9 +308,11 @@ def _launch(hidden, weight, cfg: LmHeadConfig | None, sample: tuple | None) -> t
     pdl = pdl_enabled(hidden)
     tma = cfg.tma and k % cfg.block_k == 0 and tma_ready(hidden) and tma_ready(weight)
     persist = cfg.persistent
-    tiles = triton.cdiv(m, cfg.block_m) * s
-    programs = persistent_sms(hidden.device) * cfg.programs_per_sm
-    grid = (min(tiles, programs),) if persist else (triton.cdiv(m, cfg.block_m), s)
+    if persist:  # one wave of programs_per_sm programs an SM, at most one a tile
+        programs = persistent_sms(hidden.device) * cfg.programs_per_sm
+        grid = (min(triton.cdiv(m, cfg.block_m) * s, programs),)
+    else:
+        grid = (triton.cdiv(m, cfg.block_m), s)
     # libdevice's logf is what the sampler (and torch.log) runs on CUDA; not interpreted.
     precise = hidden.is_cuda
     consts = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, PDL=pdl,
