@@ -107,8 +107,8 @@ def test_table_covers_every_row_count():
     assert all(isinstance(c, lha.LmHeadConfig) for c in seen)
     assert seen[-1] == lha._TABLE[-1][1]  # past the table: its last config
     assert not any(c.tma for c in seen)
-    tma = [lha.config_for_rows(m, tma=True) for m in (1, 64, 96, 97, 224, 4096)]
-    assert tma[:2] == seen[:1] + [lha.config_for_rows(64)]  # pointer loads below 96 rows
+    tma = [lha.config_for_rows(m, tma=True) for m in (1, 16, 96, 97, 224, 4096)]
+    assert tma[:2] == seen[:2]  # pointer loads below 17 rows
     persist = dataclasses.replace(lha._TMA_TABLE[-1][1], persistent=True)
     assert all(c.tma for c in tma[2:]) and tma[-1] == persist
     sample = [lha.config_for_rows(m, tma=True, sample=True) for m in (32, 33, 256)]
@@ -123,10 +123,26 @@ def test_persistent_walk_from_129_rows_on_tma_tiles_only():
     assert lha.PERSISTENT_MIN_ROWS == 129
     for sample in (False, True):
         picks = {m: lha.config_for_rows(m, tma=True, sample=sample) for m in (96, 128, 129, 256)}
-        assert not picks[96].persistent and not picks[128].persistent
+        if sample:  # greedy takes the small rows' persistent table below 129 rows
+            assert not picks[96].persistent and not picks[128].persistent
         assert picks[129].persistent and picks[256].persistent
         assert picks[129].tma and picks[256].tma
     assert not any(lha.config_for_rows(m).persistent for m in (129, 256, 4096))
+
+
+def test_small_rows_walk_64_row_tma_tiles_when_greedy():
+    """Greedy on Hopper, 17-128 rows: 64-row TMA tiles on a persistent grid (one program an
+    SM up to 64 rows, two above); sampling and pointer loads keep their tables."""
+    assert lha.SMALL_PERSISTENT_MIN_ROWS == 17
+    picks = {m: lha.config_for_rows(m, tma=True) for m in (16, 17, 64, 65, 128, 129)}
+    assert not picks[16].persistent and not picks[16].tma
+    for m in (17, 64, 65, 128):
+        assert picks[m].persistent and picks[m].tma and picks[m].block_m == 64
+    assert picks[17] == picks[64] and picks[64].programs_per_sm == 1
+    assert picks[65] == picks[128] and picks[128].programs_per_sm == 2
+    assert picks[129] == dataclasses.replace(lha._TMA_TABLE[5][1], persistent=True)
+    assert not lha.config_for_rows(64, tma=True, sample=True).persistent
+    assert not any(lha.config_for_rows(m).persistent for m in (17, 64, 128))
 
 
 AOT = r"""

@@ -165,6 +165,10 @@
 #           SM, at 16-256 rows (bench_lm_head_argmax.py --persistent sweep): the data for a
 #           persistent table, whether two programs an SM win back 96-128 rows, and whether
 #           64-row TMA tiles walked persistently beat the pointer tiles below 96 rows
+#   lmsmall the greedy LM head's persistent 64-row TMA tiles at 17-128 rows (session 27): the
+#           engine's pick one program a tile vs walked (--persistent pick), the sweep against
+#           the old table (STRIXLM_LM_HEAD_SMALL_PERSISTENT_MIN_ROWS=0) at rows between the
+#           sweep's, then the workload on / off (17 / 0) alternating after a warm-up
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
@@ -637,6 +641,17 @@ fi
 if has lmpersist || has lmpersistab; then
   run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_LM_HEAD_PERSISTENT_MIN_ROWS tp_lmp on1:129 off1:0 on2:129 off2:0
+fi
+if has lmsmall; then
+  run lmsmall_pick 120 python benchmarks/gpu/bench_lm_head_argmax.py --persistent pick \
+    --rows 1 16 24 32 48 64 80 96 112 128 --json "$OUT/lmsmall_pick.json"
+  grep -E "^M=" "$OUT/lmsmall_pick.log"
+  STRIXLM_LM_HEAD_SMALL_PERSISTENT_MIN_ROWS=0 run lmsmall_sweep 200 \
+    python benchmarks/gpu/bench_lm_head_argmax.py --persistent sweep --rows 8 16 24 48 80 112 \
+    --json "$OUT/lmsmall_sweep.json"
+  grep -E "^M=" "$OUT/lmsmall_sweep.log"
+  run tp_warm 100 $TP --model qwen3-0.6b
+  ab_tp STRIXLM_LM_HEAD_SMALL_PERSISTENT_MIN_ROWS tp_lms on1:17 off1:0 on2:17 off2:0
 fi
 if has closing; then
   run e2e 240 python benchmarks/gpu/check_e2e.py

@@ -102,9 +102,23 @@ TMA_ENABLED = os.environ.get("STRIXLM_LM_HEAD_TMA", "1") != "0"
 # SM). Workload with it at every TMA row count: 27,513 -> 27,590 tok/s (+0.28%, two pairs).
 # STRIXLM_LM_HEAD_PERSISTENT_MIN_ROWS=0 turns it off.
 PERSISTENT_MIN_ROWS = int(os.environ.get("STRIXLM_LM_HEAD_PERSISTENT_MIN_ROWS", "129"))
+# Greedy on Hopper at SMALL_PERSISTENT_MIN_ROWS-128 rows: 64-row TMA tiles walked by a
+# persistent grid beat the table above (bench_lm_head_argmax.py --persistent sweep, H200,
+# session 27, fused tail at the table's config -> this one): 83.2 -> 80.0 us at 32 rows,
+# 85.0 -> 79.8 at 64, 98.4 -> 89.6 at 96, 100.5 -> 91.0 at 128. Two programs an SM at
+# 65-128 rows, where one program's 128-row tiles left the SMs half-fed.
+# STRIXLM_LM_HEAD_SMALL_PERSISTENT_MIN_ROWS=0 keeps the table above there.
+_SMALL_PERSISTENT_TABLE: list[tuple[int, LmHeadConfig]] = [
+    (64, LmHeadConfig(64, 128, 128, 4, 4, tma=True, persistent=True)),
+    (128, LmHeadConfig(64, 128, 64, 4, 4, tma=True, persistent=True, programs_per_sm=2)),
+]
+SMALL_PERSISTENT_MIN_ROWS = int(os.environ.get("STRIXLM_LM_HEAD_SMALL_PERSISTENT_MIN_ROWS", "17"))
 
 
 def config_for_rows(m: int, tma: bool = False, sample: bool = False) -> LmHeadConfig:
+    small = _SMALL_PERSISTENT_TABLE
+    if tma and not sample and 0 < SMALL_PERSISTENT_MIN_ROWS <= m <= small[-1][0]:
+        return next(c for up_to, c in small if m <= up_to)
     table = (_SAMPLE_TMA_TABLE if sample else _TMA_TABLE) if tma else _TABLE
     cfg = next((c for up_to, c in table if m <= up_to), table[-1][1])
     if 0 < PERSISTENT_MIN_ROWS <= m and cfg.tma:
