@@ -26,16 +26,16 @@ except Exception:
 
 
 # Script prefix for TMA tile kernels (x / w / out descriptors at a TmaConfig's boxes):
-# compile_tma(kernel, cfg, dt, consts=None, **scalars) compiles for sm90 with PDL on (and any
-# further constexprs) and checks the PTX has TMA loads and wgmma and the shared memory fits.
+# compile_tma(kernel, cfg, dt, **scalars) compiles for sm90 with PDL on and checks the PTX
+# has TMA loads and wgmma and the shared memory fits.
 TMA_COMPILE = """
 target = GPUTarget("cuda", 90, 32)
 
-def compile_tma(kernel, cfg, dt, consts=None, **scalars):
+def compile_tma(kernel, cfg, dt, **scalars):
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     sig = dict(x_desc=f"tensordesc<{dt}[{bm},{bk}]>", w_desc=f"tensordesc<{dt}[{bn},{bk}]>",
                out_desc=f"tensordesc<{dt}[{bm},{bn}]>", **scalars)
-    c = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PDL=True, **(consts or {}))
+    c = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PDL=True)
     src = ASTSource(kernel, {**sig, **{k: "constexpr" for k in c}}, c)
     k = triton.compile(src, target=target,
                        options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))

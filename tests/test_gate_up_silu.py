@@ -116,22 +116,16 @@ def test_llama_mlp_takes_the_fused_kernel(monkeypatch):
         assert len(seen) == 1
 
 
-@pytest.mark.parametrize("persistent", [False, True], ids=["per-tile", "persistent"])
-@pytest.mark.parametrize("m", [5, 100])
-def test_tma_kernel_matches_reference(m, persistent):
+@pytest.mark.parametrize("m", [5, 40])
+def test_tma_kernel_matches_reference(m):
     """The TMA variant (fp16: the interpreter's descriptor loads of bf16 are wrong), with a
-    partial last row tile and two column tiles per half. persistent: the same tiles (14 at
-    100 rows) walked by six programs (dispatch.persistent_sms is 3 off CUDA), bit-equal to
-    one program a tile."""
+    partial last row tile and two column tiles per half."""
     g = torch.Generator().manual_seed(m)
     x = torch.randn(m, 64, generator=g).to(torch.float16)
     w = (torch.randn(128, 64, generator=g) * 0.5).to(torch.float16)
-    cfg = ktma.TmaConfig(16, 32, 32, 4, 2)
-    got = kgu.tma_gate_up_silu(x, w, cfg, persistent=persistent)
+    got = kgu.tma_gate_up_silu(x, w, ktma.TmaConfig(16, 32, 32, 4, 2))
     assert got.shape == (m, 64)
     torch.testing.assert_close(got, kgu.gate_up_silu_ref(x, w), rtol=4e-3, atol=4e-3)
-    if persistent:
-        assert torch.equal(got, kgu.tma_gate_up_silu(x, w, cfg, persistent=False))
     with pytest.raises(ValueError, match="TMA tiles"):  # I = 64 is not a multiple of 48
         kgu.tma_gate_up_silu(x, w, ktma.TmaConfig(16, 48, 32, 4, 2))
 
@@ -169,9 +163,7 @@ for dt in ("bf16", "fp16"):
         src = ASTSource(g._gate_up_silu_kernel, {**sig, **{k: "constexpr" for k in c}}, c)
         triton.compile(src, target=target,
                        options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
-    for persist in (False, True):
-        compile_tma(g._tma_gate_up_silu_kernel, g.PREFILL_CONFIG, dt, dict(PERSIST=persist),
-                    INTER="i32", K="i32", NUM_M="i32")
+    compile_tma(g._tma_gate_up_silu_kernel, g.PREFILL_CONFIG, dt, INTER="i32", K="i32")
 print("compiled")
 """
 )

@@ -131,15 +131,17 @@ def test_persistent_walk_from_129_rows_on_tma_tiles_only():
 
 
 def test_small_rows_walk_64_row_tma_tiles_when_greedy():
-    """Greedy on Hopper, 17-128 rows: 64-row TMA tiles on a persistent grid (one program an
-    SM up to 64 rows, two above); sampling and pointer loads keep their tables."""
+    """Greedy on Hopper, 17-128 rows: 64-row TMA tiles on a persistent grid of one program an
+    SM (128 columns wide up to 64 rows, 256 above); sampling and pointer loads keep their
+    tables."""
     assert lha.SMALL_PERSISTENT_MIN_ROWS == 17
     picks = {m: lha.config_for_rows(m, tma=True) for m in (16, 17, 64, 65, 128, 129)}
     assert not picks[16].persistent and not picks[16].tma
     for m in (17, 64, 65, 128):
         assert picks[m].persistent and picks[m].tma and picks[m].block_m == 64
-    assert picks[17] == picks[64] and picks[64].programs_per_sm == 1
-    assert picks[65] == picks[128] and picks[128].programs_per_sm == 2
+    assert picks[17] == picks[64] and picks[64].block_n == 128
+    assert picks[65] == picks[128] and picks[128].block_n == 256
+    assert all(c.programs_per_sm == 1 for c in picks.values())
     assert picks[129] == dataclasses.replace(lha._TMA_TABLE[5][1], persistent=True)
     assert not lha.config_for_rows(64, tma=True, sample=True).persistent
     assert not any(lha.config_for_rows(m).persistent for m in (17, 64, 128))
@@ -155,6 +157,7 @@ wide = l.LmHeadConfig(128, 256, 64, 8, 3)
 # Every table's configs with the epilogue they ship with, and pointer-load sampling once.
 jobs = [(c, False, c.tma) for c in {c for _, c in l._TABLE + l._TMA_TABLE}]
 jobs += [(c, True, c.tma) for c in {c for _, c in l._SAMPLE_TMA_TABLE}]
+jobs += [(c, False, True) for _, c in l._SMALL_PERSISTENT_TABLE]  # greedy only
 jobs += [(first, True, False), (wide, True, False)]
 # The persistent walk of the TMA table's widest tiles, greedy and sampling.
 persist = l.LmHeadConfig(128, 256, 64, 8, 3, tma=True, persistent=True)

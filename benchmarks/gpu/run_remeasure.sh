@@ -110,9 +110,8 @@
 #           (check_decode_paths, defaults vs the reference with it off), then the workload
 #           with it on / off (STRIXLM_PREFILL_GATE_UP_SILU_ROWS=2048 / 0), alternating
 #   prefillgemm gate_up with SiLU in a TMA epilogue vs cuBLAS + silu_and_mul at prefill rows
-#           (sweep_prefill_gemm.py; since session 26 each config also as a persistent walk)
-#   prefillpab the workload with the prefill gate_up + SiLU walked by a persistent grid / not
-#           (STRIXLM_PREFILL_GATE_UP_PERSISTENT=1 / 0), alternating after a warm-up
+#           (sweep_prefill_gemm.py; session 27 timed each config as a persistent walk too:
+#           slower, 170.8 -> 220.3 us at 8192 rows for the engine's config, removed)
 #   fusedab the workload with the fused greedy tail on / off, alternating, three pairs
 #   lmhead  the greedy tail (LM head + greedy sampling graph) against the LM head with an
 #           argmax epilogue (bench_lm_head_argmax.py): config sweep and token check per M
@@ -497,10 +496,6 @@ if has budgetab; then
 fi
 if has prefillgemm; then
   run prefill_gemm 200 python benchmarks/gpu/sweep_prefill_gemm.py --json "$OUT/prefill_gemm.json"
-fi
-if has prefillpab; then  # the prefill gate_up + SiLU as a persistent walk
-  run tp_warm 100 $TP --model qwen3-0.6b
-  ab_tp STRIXLM_PREFILL_GATE_UP_PERSISTENT tp_prefillp on1:1 off1:0 on2:1 off2:0
 fi
 if has budgetab2; then
   run tp_warm 100 $TP --model qwen3-0.6b

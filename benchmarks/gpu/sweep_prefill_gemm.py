@@ -4,8 +4,7 @@ A budget-sized prefill step (8192 tokens) spends ~1 ms of its ~17 on silu_and_mu
 reads the [M, 2I] gate_up output and writes [M, I]). gate_up_silu.tma_gate_up_silu computes
 the same activation in the GEMM's epilogue. Per layer, in CUDA graphs of 28 calls, at the
 Qwen3-0.6B shape (K 1024, I 3072), bf16: cuBLAS gate_up alone, cuBLAS + silu_and_mul, and each
-PREFILL_CONFIGS config, one program a tile and walked by a persistent grid (each checked
-against the two-launch result first), plus our plain TMA GEMM
+PREFILL_CONFIGS config (checked against the two-launch result first), plus our plain TMA GEMM
 on qkv (N 4096) against cuBLAS for reference. (qkv with the q/k norm + rotary + K/V write in
 its epilogue was timed here too, x0.82-0.88 against the two launches on the H200, and removed
 in 3c70ae4.)
@@ -62,21 +61,18 @@ def main() -> None:
             flush=True,
         )
         fused = []
-        for cfg, walk in [(c, p) for c in gus.PREFILL_CONFIGS for p in (False, True)]:
+        for cfg in gus.PREFILL_CONFIGS:
             try:
-                got = gus.tma_gate_up_silu(x, w_gu, cfg, persistent=walk)
+                got = gus.tma_gate_up_silu(x, w_gu, cfg)
                 err = ((got.float() - ref.float()).norm() / ref.float().norm()).item()
-                t = graph_us(
-                    lambda x=x, cfg=cfg, walk=walk: gus.tma_gate_up_silu(x, w_gu, cfg, walk)
-                )
+                t = graph_us(lambda x=x, cfg=cfg: gus.tma_gate_up_silu(x, w_gu, cfg))
             except Exception as e:  # out of resources etc.
                 print(f"    {cfg}: {type(e).__name__}: {str(e)[:100]}")
                 continue
-            fused.append({"cfg": str(cfg), "persistent": walk, "us": t, "rel_err": err})
+            fused.append({"cfg": str(cfg), "us": t, "rel_err": err})
             print(
-                f"    fused {cfg}{' persistent' if walk else ''}: {t:.1f} us "
-                f"({flops / t / 1e6:.0f} TFLOP/s) x{res['cublas_silu_us'] / t:.3f} vs two "
-                f"launches, rel err {err:.2e}",
+                f"    fused {cfg}: {t:.1f} us ({flops / t / 1e6:.0f} TFLOP/s) x"
+                f"{res['cublas_silu_us'] / t:.3f} vs two launches, rel err {err:.2e}",
                 flush=True,
             )
         res["fused"] = fused

@@ -16,7 +16,7 @@ import os
 
 import torch
 
-from strixlm.kernels.dispatch import HAS_TRITON, persistent_sms
+from strixlm.kernels.dispatch import HAS_TRITON
 from strixlm.kernels.gemv import MAX_ROWS as GEMV_MAX_ROWS
 from strixlm.kernels.pdl import pdl_enabled
 from strixlm.kernels.splitk_linear import SplitKConfig, config_for_rows, half_operands
@@ -61,13 +61,6 @@ PREFILL_MIN_ROWS = int(os.environ.get("STRIXLM_PREFILL_GATE_UP_SILU_ROWS", "2048
 PREFILL_SHAPES = {(3072, 1024)}  # Qwen3-0.6B
 # STRIXLM_FUSE_GATE_UP_SILU=0 keeps the two launches (A/B runs; read at import).
 ENABLED = os.environ.get("STRIXLM_FUSE_GATE_UP_SILU", "1") != "0"
-# The prefill kernel's tiles walked by a persistent grid of this many programs an SM (two fit
-# PREFILL_CONFIG's 96 KB of shared memory) instead of one program a tile (~23 waves at 8192
-# rows): the next tile's loads then overlap a tile's epilogue, as in the LM head, whose
-# persistent walk was 10-18% faster from 192 rows on the H200 (session 26). Opt-in
-# (STRIXLM_PREFILL_GATE_UP_PERSISTENT=1) until measured at prefill rows.
-PERSISTENT = os.environ.get("STRIXLM_PREFILL_GATE_UP_PERSISTENT", "0") == "1"
-PERSISTENT_PROGRAMS_PER_SM = 2
 
 
 def plan(
@@ -202,35 +195,17 @@ if HAS_TRITON:
         out_desc,
         INTER,
         K,
-        NUM_M,
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr,
         PDL: tl.constexpr,
-        PERSIST: tl.constexpr = False,
     ):
         # The same epilogue over TMA-loaded tiles (Hopper's wgmma pipeline), for prefill-sized
         # M where the pointer-load loop above is far from cuBLAS. Rows past M load as zeros
-        # and are not stored. PERSIST: a 1-D grid whose programs walk the NUM_M row tiles x
-        # INTER / BLOCK_N column tiles (columns fastest) in one flattened loop.
+        # and are not stored.
         pdl_prologue(PDL)
-        if PERSIST:
-            num_n = INTER // BLOCK_N
-            for t in tl.range(tl.program_id(0), NUM_M * num_n, tl.num_programs(0), flatten=True):
-                off_m = (t // num_n) * BLOCK_M
-                off_n = (t % num_n) * BLOCK_N
-                _tma_gate_up_silu_tile(x_desc, w_desc, out_desc, INTER, K, off_m, off_n,
-                                       BLOCK_M, BLOCK_N, BLOCK_K)  # fmt: skip
-        else:
-            off_n = tl.program_id(0) * BLOCK_N
-            off_m = tl.program_id(1) * BLOCK_M
-            _tma_gate_up_silu_tile(x_desc, w_desc, out_desc, INTER, K, off_m, off_n,
-                                   BLOCK_M, BLOCK_N, BLOCK_K)  # fmt: skip
-
-    @triton.jit
-    def _tma_gate_up_silu_tile(x_desc, w_desc, out_desc, INTER, K, off_m, off_n,
-                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                               BLOCK_K: tl.constexpr):  # fmt: skip
+        off_n = tl.program_id(0) * BLOCK_N
+        off_m = tl.program_id(1) * BLOCK_M
         acc_g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         for k in range(0, K, BLOCK_K):
@@ -243,13 +218,10 @@ if HAS_TRITON:
         out_desc.store([off_m, off_n], silu_mul(acc_g.to(ty), acc_u.to(ty)))
 
 
-def tma_gate_up_silu(
-    x: torch.Tensor, w: torch.Tensor, cfg, persistent: bool | None = None
-) -> torch.Tensor:
+def tma_gate_up_silu(x: torch.Tensor, w: torch.Tensor, cfg) -> torch.Tensor:
     """gate_up_silu with TMA tiles (sm90+): cfg is a tma_linear.TmaConfig; I must be a
     multiple of its block_n (a gate tile never reaches into W_up) and K of its block_k; x
-    and w must be tma_linear.tma_ready. persistent (None: PERSISTENT): the tiles walked by a
-    grid of PERSISTENT_PROGRAMS_PER_SM programs an SM; the same tiles and outputs."""
+    and w must be tma_linear.tma_ready."""
     m, k = x.shape
     inter = w.shape[0] // 2
     if w.shape[1] != k or inter % cfg.block_n or k % cfg.block_k:
@@ -261,15 +233,9 @@ def tma_gate_up_silu(
         return out
     xd, wd, od = tma_descriptors(x, w, out, cfg)
     pdl = pdl_enabled(x)
-    num_m, num_n = triton.cdiv(m, cfg.block_m), inter // cfg.block_n
-    persist = PERSISTENT if persistent is None else persistent
-    if persist:
-        grid = (min(num_m * num_n, persistent_sms(x.device) * PERSISTENT_PROGRAMS_PER_SM),)
-    else:
-        grid = (num_n, num_m)
+    grid = (inter // cfg.block_n, triton.cdiv(m, cfg.block_m))
     _tma_gate_up_silu_kernel[grid](
-        xd, wd, od, inter, k, num_m, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        BLOCK_K=cfg.block_k, PDL=pdl, PERSIST=persist, num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages, launch_pdl=pdl,
+        xd, wd, od, inter, k, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+        PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl,
     )  # fmt: skip
     return out

@@ -103,14 +103,17 @@ TMA_ENABLED = os.environ.get("STRIXLM_LM_HEAD_TMA", "1") != "0"
 # STRIXLM_LM_HEAD_PERSISTENT_MIN_ROWS=0 turns it off.
 PERSISTENT_MIN_ROWS = int(os.environ.get("STRIXLM_LM_HEAD_PERSISTENT_MIN_ROWS", "129"))
 # Greedy on Hopper at SMALL_PERSISTENT_MIN_ROWS-128 rows: 64-row TMA tiles walked by a
-# persistent grid beat the table above (bench_lm_head_argmax.py --persistent sweep, H200,
-# session 27, fused tail at the table's config -> this one): 83.2 -> 80.0 us at 32 rows,
-# 85.0 -> 79.8 at 64, 98.4 -> 89.6 at 96, 100.5 -> 91.0 at 128. Two programs an SM at
-# 65-128 rows, where one program's 128-row tiles left the SMs half-fed.
+# persistent grid (one program an SM) beat the table above (bench_lm_head_argmax.py
+# --persistent sweep / pick, H200, session 27; fused tail at the table's config -> here):
+# 82.9 -> 80.4 us at 24 rows, 83.2 -> 80.3 at 32, 84.4 -> 78.8 at 48, 85.0 -> 79.5 at 64;
+# with 256-wide tiles 97.1 -> 90.1 at 80, 98.4 -> 90.2 at 96, 97.3 -> 91.1 at 112,
+# 100.5 -> 93.9 at 128. (Two programs an SM of 64 x 128 tiles were 0-3 us faster at 96-128
+# rows but swung from 91.8 to 126.3 us at 80.) Workload: 27,533 / 27,505 tok/s against
+# 27,504 / 27,508 without it (+0.05%, noise; with two programs an SM above 64 rows).
 # STRIXLM_LM_HEAD_SMALL_PERSISTENT_MIN_ROWS=0 keeps the table above there.
 _SMALL_PERSISTENT_TABLE: list[tuple[int, LmHeadConfig]] = [
     (64, LmHeadConfig(64, 128, 128, 4, 4, tma=True, persistent=True)),
-    (128, LmHeadConfig(64, 128, 64, 4, 4, tma=True, persistent=True, programs_per_sm=2)),
+    (128, LmHeadConfig(64, 256, 64, 4, 4, tma=True, persistent=True)),
 ]
 SMALL_PERSISTENT_MIN_ROWS = int(os.environ.get("STRIXLM_LM_HEAD_SMALL_PERSISTENT_MIN_ROWS", "17"))
 
