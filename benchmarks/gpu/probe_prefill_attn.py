@@ -1,0 +1,112 @@
+"""How far the paged prefill attention is from a FlashAttention peer at the admission shape.
+
+The standard workload's 18 admission steps each attend ~13 fresh ~600-token prompts (plus the
+decodes of requests already admitted). Our unified Triton kernel runs them at ~130 TFLOP/s
+(session 9's sweep); this probe times, in the same process on the same prompts:
+
+- ours: `paged_attention` at the engine's heuristic config, over the paged cache, on the mixed
+  batch and on the prompts alone;
+- the peer: torch's `varlen_attn` (FlashAttention behind torch.nn.attention.varlen) on the
+  same prompts with K/V contiguous (a fresh prompt's K/V are, before the cache write), and
+  paged through the block table where this torch build takes 16-token pages.
+
+Outputs are checked against each other before timing. The ratio bounds what a faster prefill
+kernel could save: (ours - peer) x 28 layers x 18 steps.
+
+    python benchmarks/gpu/probe_prefill_attn.py [--prompts 13] [--prompt-len 600] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch  # noqa: E402
+from check_attention import BS, HKV, HQ, SCALE, D, attn_call, bench, make_batch  # noqa: E402
+
+from strixlm.kernels import paged_attention as pa  # noqa: E402
+
+LAYERS, STEPS = 28, 18
+
+
+def flops(rows: list[tuple[int, int]]) -> float:
+    """Causal attention FLOPs (QK and PV) over (context, query length) rows."""
+    return sum(4 * HQ * D * (c * x + x * (x + 1) / 2) for c, x in rows)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--prompts", type=int, default=13)
+    ap.add_argument("--prompt-len", type=int, default=600)
+    ap.add_argument("--decodes", type=int, default=64)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    prompts = [(0, args.prompt_len)] * args.prompts
+    res: dict = {"prompts": args.prompts, "prompt_len": args.prompt_len}
+    sms = pa.num_sms(torch.device("cuda"))
+    for name, rows in (
+        ("mixed", prompts + [(700, 1)] * args.decodes),
+        ("prompts", prompts),
+    ):
+        q, k, v, cache, md = make_batch(rows, torch.bfloat16)
+        cfg = pa.select_config(HQ, HKV, D, len(rows), md.max_query_len, md.max_seq_len, sms)
+        t = bench(attn_call(q, cache, md, False), True) * 1e3
+        tf = flops(rows) / t / 1e6
+        res[f"ours_{name}_us"] = t
+        print(f"ours {name:8s} {t:8.1f} us  {tf:6.1f} TFLOP/s  {cfg}", flush=True)
+    # The prompts alone: contiguous K/V (what the cache holds for them) for the peer.
+    n = args.prompts * args.prompt_len
+    out = attn_call(q, cache, md, False)()[:n]
+    bt = md.block_table
+    kc = torch.stack([cache[0][bt[i, : args.prompt_len // BS + 1]].flatten(0, 1)[: args.prompt_len]
+                      for i in range(args.prompts)]).flatten(0, 1)  # fmt: skip
+    vc = torch.stack([cache[1][bt[i, : args.prompt_len // BS + 1]].flatten(0, 1)[: args.prompt_len]
+                      for i in range(args.prompts)]).flatten(0, 1)  # fmt: skip
+    cu = md.query_start_loc[: args.prompts + 1].contiguous()
+    qq = q[:n]
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError as e:
+        print(f"peer: no torch.nn.attention.varlen in torch {torch.__version__} ({e})")
+        varlen_attn = None
+    if varlen_attn is not None:
+        L = args.prompt_len  # noqa: N806
+
+        def contiguous():
+            return varlen_attn(qq, kc, vc, cu, cu, L, L, scale=SCALE, window_size=(-1, 0),
+                               enable_gqa=True)  # fmt: skip
+
+        def paged():
+            return varlen_attn(qq, cache[0], cache[1], cu, None, L, L, scale=SCALE,
+                               window_size=(-1, 0), enable_gqa=True, seqused_k=md.seq_lens[
+                                   : args.prompts], block_table=bt[: args.prompts])  # fmt: skip
+
+        for label, fn in (("contiguous", contiguous), ("paged16", paged)):
+            try:
+                got = fn()
+                err = ((got.float() - out.float()).norm() / out.float().norm()).item()
+                t = bench(fn, True) * 1e3
+            except Exception as e:  # noqa: BLE001 - a build without the feature
+                print(f"peer {label}: {type(e).__name__}: {str(e)[:160]}")
+                continue
+            res[f"peer_{label}_us"] = t
+            res[f"peer_{label}_rel_err"] = err
+            tf = flops(prompts) / t / 1e6
+            print(f"peer {label:10s} {t:8.1f} us  {tf:6.1f} TFLOP/s  rel err vs ours {err:.2e}")
+        if "peer_contiguous_us" in res:
+            ours, peer = res["ours_prompts_us"], res["peer_contiguous_us"]
+            saved = (ours - peer) * LAYERS * STEPS / 1e3
+            print(f"ours / peer on the prompts: x{ours / peer:.2f}; over {LAYERS} layers x "
+                  f"{STEPS} steps: {saved:.1f} ms")  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
