@@ -19,6 +19,7 @@ kernel could save: (ours - peer) x 28 layers x 18 steps.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 from pathlib import Path
@@ -76,15 +77,21 @@ def main() -> int:
         varlen_attn = None
     if varlen_attn is not None:
         L = args.prompt_len  # noqa: N806
+        params = inspect.signature(varlen_attn).parameters
+        gqa = "enable_gqa" in params
+        if not gqa:  # older torch: K/V repeated to the query heads (one more copy, untimed)
+            kc, vc = (x.repeat_interleave(HQ // HKV, dim=1) for x in (kc, vc))
+        extra = dict(enable_gqa=True) if gqa else {}
+        print(f"peer: torch {torch.__version__} varlen_attn({', '.join(params)})")
 
         def contiguous():
             return varlen_attn(qq, kc, vc, cu, cu, L, L, scale=SCALE, window_size=(-1, 0),
-                               enable_gqa=True)  # fmt: skip
+                               **extra)  # fmt: skip
 
         def paged():
             return varlen_attn(qq, cache[0], cache[1], cu, None, L, L, scale=SCALE,
-                               window_size=(-1, 0), enable_gqa=True, seqused_k=md.seq_lens[
-                                   : args.prompts], block_table=bt[: args.prompts])  # fmt: skip
+                               window_size=(-1, 0), seqused_k=md.seq_lens[: args.prompts],
+                               block_table=bt[: args.prompts], **extra)  # fmt: skip
 
         for label, fn in (("contiguous", contiguous), ("paged16", paged)):
             try:
