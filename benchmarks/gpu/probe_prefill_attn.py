@@ -81,16 +81,20 @@ def main() -> int:
         gqa = "enable_gqa" in params
         if not gqa:  # older torch: K/V repeated to the query heads (one more copy, untimed)
             kc, vc = (x.repeat_interleave(HQ // HKV, dim=1) for x in (kc, vc))
-        extra = dict(enable_gqa=True) if gqa else {}
+        extra: dict = dict(enable_gqa=True) if gqa else {}
+        # Causal: window_size (-1, 0), or is_causal in builds before window_size.
+        if "window_size" in params:
+            extra["window_size"] = (-1, 0)
+        else:
+            extra["is_causal"] = True
         print(f"peer: torch {torch.__version__} varlen_attn({', '.join(params)})")
 
         def contiguous():
-            return varlen_attn(qq, kc, vc, cu, cu, L, L, scale=SCALE, window_size=(-1, 0),
-                               **extra)  # fmt: skip
+            return varlen_attn(qq, kc, vc, cu, cu, L, L, scale=SCALE, **extra)
 
         def paged():
             return varlen_attn(qq, cache[0], cache[1], cu, None, L, L, scale=SCALE,
-                               window_size=(-1, 0), seqused_k=md.seq_lens[: args.prompts],
+                               seqused_k=md.seq_lens[: args.prompts],
                                block_table=bt[: args.prompts], **extra)  # fmt: skip
 
         for label, fn in (("contiguous", contiguous), ("paged16", paged)):
