@@ -99,7 +99,8 @@ TMA_ENABLED = os.environ.get("STRIXLM_LM_HEAD_TMA", "1") != "0"
 # 256 rows, each paying its first loads' latency and an epilogue with no loads in flight.
 # H200, bench_lm_head_argmax.py --persistent (session 26): 141.0 -> 115.1 us at 192 rows,
 # 138.5 -> 125.9 at 256, but 94.9 -> 105.0 at 128 (whose 4-warp tiles ran two programs an
-# SM). Workload with it at every TMA row count: 27,513 -> 27,590 tok/s (+0.28%, two pairs).
+# SM). Workload with it at every TMA row count: 27,513 -> 27,590 tok/s (+0.28%, two pairs);
+# from 129 rows (session 27): 27,452 -> 27,485 (+0.2%, two pairs, a slower machine).
 # STRIXLM_LM_HEAD_PERSISTENT_MIN_ROWS=0 turns it off.
 PERSISTENT_MIN_ROWS = int(os.environ.get("STRIXLM_LM_HEAD_PERSISTENT_MIN_ROWS", "129"))
 # Greedy on Hopper at SMALL_PERSISTENT_MIN_ROWS-128 rows: 64-row TMA tiles walked by a
