@@ -27,9 +27,8 @@ SMALL_TMA = lha.LmHeadConfig(16, 64, 32, 4, 2, tma=True)
 # Three programs walk the tiles under the interpreter (dispatch.persistent_sms).
 SMALL_PERSIST = lha.LmHeadConfig(16, 64, 32, 4, 2, tma=True, persistent=True)
 SMALL_PERSIST2 = lha.LmHeadConfig(16, 64, 32, 4, 2, tma=True, persistent=True, programs_per_sm=2)
-SMALL_PERSIST_PTR = lha.LmHeadConfig(16, 64, 32, 4, 2, persistent=True)
-CONFIGS = [SMALL, SMALL_TMA, SMALL_PERSIST, SMALL_PERSIST2, SMALL_PERSIST_PTR]
-IDS = ["pointer", "tma", "persistent", "persistent2", "persistent-pointer"]
+CONFIGS = [SMALL, SMALL_TMA, SMALL_PERSIST, SMALL_PERSIST2]
+IDS = ["pointer", "tma", "persistent", "persistent2"]
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -162,8 +161,6 @@ jobs += [(first, True, False), (wide, True, False)]
 # The persistent walk of the TMA table's widest tiles, greedy and sampling.
 persist = l.LmHeadConfig(128, 256, 64, 8, 3, tma=True, persistent=True)
 jobs += [(persist, False, True), (persist, True, True)]
-walk = l.LmHeadConfig(16, 128, 128, 4, 3, persistent=True)  # pointer tiles walked too
-jobs += [(walk, False, False)]
 for cfg, sample, tma in jobs:
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, enable_fp_fusion=not sample)

@@ -54,8 +54,8 @@ class LmHeadConfig:
     num_warps: int
     num_stages: int
     tma: bool = False  # tiles by TMA descriptors (K a multiple of block_k, aligned rows)
-    # One wave of programs walking the tiles in one flattened loop, so the next tile's first
-    # loads are in flight during a tile's epilogue.
+    # With tma: one wave of programs walking the tiles in one flattened loop, so the next
+    # tile's first loads are in flight during a tile's epilogue.
     persistent: bool = False
     programs_per_sm: int = 1  # the persistent grid's size, per SM
 
@@ -216,31 +216,25 @@ if HAS_TRITON:
         PERSIST: tl.constexpr = False,
     ):
         """h, w: pointers, or with TMA tensor descriptors (strides then unread, and so are
-        _tile_logits' row pointers and offsets). PERSIST: a 1-D grid whose programs walk the
-        tiles (row tiles fastest) in one flattened loop."""
+        _tile_logits' row pointers and offsets). PERSIST (TMA only): a 1-D grid whose programs
+        walk the tiles (row tiles fastest) in one flattened loop."""
         offs_k = tl.arange(0, BLOCK_K)
         if TMA:
             dtype: tl.constexpr = h.dtype
         else:
             dtype: tl.constexpr = h.dtype.element_ty
-        if PERSIST:
+        if PERSIST:  # TMA tiles only (_launch): the offsets come after the K loop
+            tl.static_assert(TMA, "the persistent walk takes TMA tiles")
             pdl_prologue(PDL)
             num_m = tl.cdiv(M, BLOCK_M)
             for t in tl.range(tl.program_id(0), num_m * S, tl.num_programs(0), flatten=True):
                 pid_m = t % num_m
                 pid_n = t // num_m
-                if TMA:  # the tile's offsets after its loop: fewer registers live across it
-                    acc = _tile_logits(h, w, h, w, pid_m, pid_n, pid_m, pid_n, offs_k, M, V, K,
-                                       BLOCK_M, BLOCK_N, BLOCK_K, TMA)  # fmt: skip
-                    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-                    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-                else:
-                    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-                    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-                    h_rows = h + offs_m.to(tl.int64)[:, None] * stride_h
-                    w_rows = w + offs_n.to(tl.int64)[:, None] * stride_w
-                    acc = _tile_logits(h, w, h_rows, w_rows, pid_m, pid_n, offs_m, offs_n, offs_k,
-                                       M, V, K, BLOCK_M, BLOCK_N, BLOCK_K, TMA)  # fmt: skip
+                acc = _tile_logits(h, w, h, w, pid_m, pid_n, pid_m, pid_n, offs_k, M, V, K,
+                                   BLOCK_M, BLOCK_N, BLOCK_K, TMA)  # fmt: skip
+                # After the loop: fewer registers live across it.
+                offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+                offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
                 _store_tile_best(acc, offs_m, offs_n, pid_n, M, V, S, val_ptr, idx_ptr,
                                  dtype, rows_ptr, temp_ptr, seed_ptr, pos_ptr, SAMPLE,
                                  PRECISE)  # fmt: skip
@@ -325,7 +319,8 @@ def _launch(hidden, weight, cfg: LmHeadConfig | None, sample: tuple | None) -> t
     idx = torch.empty((m, s), dtype=torch.int32, device=hidden.device)
     pdl = pdl_enabled(hidden)
     tma = cfg.tma and k % cfg.block_k == 0 and tma_ready(hidden) and tma_ready(weight)
-    persist = cfg.persistent
+    # A TMA config whose tensors cannot take descriptors runs its tiles one program each.
+    persist = cfg.persistent and tma
     if persist:  # one wave of programs_per_sm programs an SM, at most one a tile
         programs = persistent_sms(hidden.device) * cfg.programs_per_sm
         grid = (min(triton.cdiv(m, cfg.block_m) * s, programs),)
