@@ -60,14 +60,18 @@ def main() -> int:
         tf = flops(rows) / t / 1e6
         res[f"ours_{name}_us"] = t
         print(f"ours {name:8s} {t:8.1f} us  {tf:6.1f} TFLOP/s  {cfg}", flush=True)
-    # The prompts alone: contiguous K/V (what the cache holds for them) for the peer.
+    # The prompts alone (the loop's last batch): contiguous K/V, what the cache holds for
+    # them, for the peer.
     n = args.prompts * args.prompt_len
     out = attn_call(q, cache, md, False)()[:n]
     bt = md.block_table
-    kc = torch.stack([cache[0][bt[i, : args.prompt_len // BS + 1]].flatten(0, 1)[: args.prompt_len]
-                      for i in range(args.prompts)]).flatten(0, 1)  # fmt: skip
-    vc = torch.stack([cache[1][bt[i, : args.prompt_len // BS + 1]].flatten(0, 1)[: args.prompt_len]
-                      for i in range(args.prompts)]).flatten(0, 1)  # fmt: skip
+    blocks = -(-args.prompt_len // BS)
+    kc, vc = (
+        torch.cat(
+            [part[bt[i, :blocks]].flatten(0, 1)[: args.prompt_len] for i in range(args.prompts)]
+        )
+        for part in cache
+    )
     cu = md.query_start_loc[: args.prompts + 1].contiguous()
     qq = q[:n]
     try:
