@@ -5,7 +5,9 @@ decodes of requests already admitted). Our unified Triton kernel runs them at ~1
 (session 9's sweep); this probe times, in the same process on the same prompts:
 
 - ours: `paged_attention` at the engine's heuristic config, over the paged cache, on the mixed
-  batch and on the prompts alone;
+  batch and on the prompts alone, with each program order of the query-tile grid
+  (`paged_attention.MIXED_ORDER`), the decodes first in the batch (as the scheduler puts them)
+  and last; each order's output is checked bit-equal to order 0's;
 - the peer: torch's `varlen_attn` (FlashAttention behind torch.nn.attention.varlen) on the
   same prompts with K/V contiguous (a fresh prompt's K/V are, before the cache write), and
   paged through the block table where this torch build takes 16-token pages.
@@ -13,7 +15,8 @@ decodes of requests already admitted). Our unified Triton kernel runs them at ~1
 Outputs are checked against each other before timing. The ratio bounds what a faster prefill
 kernel could save: (ours - peer) x 28 layers x 18 steps.
 
-    python benchmarks/gpu/probe_prefill_attn.py [--prompts 13] [--prompt-len 600] [--json PATH]
+    python benchmarks/gpu/probe_prefill_attn.py [--prompts 13] [--prompt-len 600]
+        [--decodes 64 192] [--json PATH]
 """
 
 from __future__ import annotations
@@ -40,26 +43,78 @@ def flops(rows: list[tuple[int, int]]) -> float:
     return sum(4 * HQ * D * (c * x + x * (x + 1) / 2) for c, x in rows)
 
 
+_OUTS: dict = {}  # each batch's output under order 0, to check the other orders against
+
+
+def time_rows(rows: list[tuple[int, int]], label: str, res: dict, sms: int):
+    """Our kernel on one batch at the engine's config; returns the batch for the peer."""
+    q, k, v, cache, md = make_batch(rows, torch.bfloat16)
+    cfg = pa.select_config(HQ, HKV, D, len(rows), md.max_query_len, md.max_seq_len, sms)
+    fn = attn_call(q, cache, md, False)
+    out = fn()
+    key = (tuple(rows), "out")
+    if key in _OUTS and not torch.equal(_OUTS[key], out):
+        print(f"MISMATCH {label}: output differs from order 0's", flush=True)
+        res[f"mismatch_{label}"] = True
+    _OUTS.setdefault(key, out)
+    t = bench(fn, True) * 1e3
+    res[f"ours_{label}_us"] = t
+    print(f"ours {label:24s} {t:8.1f} us  {flops(rows) / t / 1e6:6.1f} TFLOP/s  {cfg}", flush=True)
+    return q, k, v, cache, md
+
+
+def two_streams(decodes, prompts, label: str, res: dict) -> None:
+    """The decodes (their own launch, the decode grid) on a side stream beside the prompts
+    on the main one: does a second launch overlap the memory-bound decodes with the
+    prompts' tiles where one mixed grid does not?"""
+    qd, _, _, cd, mdd = make_batch(decodes, torch.bfloat16)
+    qp, _, _, cp, mdp = make_batch(prompts, torch.bfloat16, seed=1)
+    dec, pre = attn_call(qd, cd, mdd, False), attn_call(qp, cp, mdp, False)
+    for name, prio, dec_first in (("hi_dec_first", -1, True), ("hi_pre_first", -1, False),
+                                  ("lo_dec_first", 0, True)):  # fmt: skip
+        side = torch.cuda.Stream(priority=prio)
+
+        def both(side=side, dec_first=dec_first):
+            main = torch.cuda.current_stream()
+            side.wait_stream(main)  # before either launch, so the two can overlap
+            if not dec_first:
+                pre()
+            with torch.cuda.stream(side):
+                dec()
+            if dec_first:
+                pre()
+            main.wait_stream(side)
+
+        t = bench(both, True) * 1e3
+        res[f"streams_{label}_{name}_us"] = t
+        print(f"two streams {label} {name:14s} {t:8.1f} us", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--prompts", type=int, default=13)
     ap.add_argument("--prompt-len", type=int, default=600)
-    ap.add_argument("--decodes", type=int, default=64)
+    ap.add_argument("--decodes", type=int, nargs="*", default=[64, 192])
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     prompts = [(0, args.prompt_len)] * args.prompts
     res: dict = {"prompts": args.prompts, "prompt_len": args.prompt_len}
     sms = pa.num_sms(torch.device("cuda"))
-    for name, rows in (
-        ("mixed", prompts + [(700, 1)] * args.decodes),
-        ("prompts", prompts),
-    ):
-        q, k, v, cache, md = make_batch(rows, torch.bfloat16)
-        cfg = pa.select_config(HQ, HKV, D, len(rows), md.max_query_len, md.max_seq_len, sms)
-        t = bench(attn_call(q, cache, md, False), True) * 1e3
-        tf = flops(rows) / t / 1e6
-        res[f"ours_{name}_us"] = t
-        print(f"ours {name:8s} {t:8.1f} us  {tf:6.1f} TFLOP/s  {cfg}", flush=True)
+    # The grid's program order (pa.MIXED_ORDER) on the engine's batch order (the scheduler
+    # puts running decodes first) and on the reverse; the decodes alone for the sum.
+    for nd in args.decodes:
+        decodes = [(700, 1)] * nd
+        time_rows(decodes, f"{nd}_decodes_alone", res, sms)
+        for order in (0, 1, 2, 3):
+            pa.MIXED_ORDER = order
+            time_rows(decodes + prompts, f"{nd}_decodes_first_order{order}", res, sms)
+            time_rows(prompts + decodes, f"{nd}_prompts_first_order{order}", res, sms)
+        two_streams(decodes, prompts, f"{nd}_decodes", res)
+    for order in (0, 1, 2, 3):
+        pa.MIXED_ORDER = order
+        q, k, v, cache, md = time_rows(prompts, f"prompts_order{order}", res, sms)
+    pa.MIXED_ORDER = 0
+    res["ours_prompts_us"] = res["ours_prompts_order0_us"]
     # The prompts alone (the loop's last batch): contiguous K/V, what the cache holds for
     # them, for the peer.
     n = args.prompts * args.prompt_len
