@@ -336,24 +336,6 @@ def test_sequence_order_changes_nothing_but_scheduling(num_splits):
         assert torch.equal(got[: b.t], plain[: b.t]), order
 
 
-@pytest.mark.parametrize("num_splits", [1, 2])
-def test_mixed_grid_order_changes_nothing_but_scheduling(monkeypatch, num_splits):
-    """Every program order of the query-tile grid (MIXED_ORDER) gives the same output, bit
-    for bit, with padded tokens and zero-length sequences in the batch."""
-    b = Batch(MIXED, 4, 2, 32, 4, torch.float32, seed=7, pad_tokens=4, pad_seqs=2)
-    args = (b.q, b.kv_cache, b.md.query_start_loc, b.md.seq_lens, b.block_table, 0.2)
-    kw = dict(max_query_len=16, max_seq_len=128, num_splits=num_splits)
-    monkeypatch.setattr(pa, "MIXED_ORDER", 0)
-    plain = pa.paged_attention(*args, **kw)
-    ref = pa.paged_attention_ref(b.q[: b.t], b.kv_cache, b.query_lens, b.seq_lens,
-                                 b.block_table, 0.2)  # fmt: skip
-    assert rel_err(plain[: b.t], ref)[0] < 1e-5
-    for order in (1, 2, 3):
-        monkeypatch.setattr(pa, "MIXED_ORDER", order)
-        got = pa.paged_attention(*args, **kw)
-        assert torch.equal(got[: b.t], plain[: b.t]), order
-
-
 def test_reference_matches_torch_backend():
     b = Batch(MIXED, 4, 2, 32, 4, torch.float32, seed=11)
     cache = b.kv_cache.clone()

@@ -168,11 +168,6 @@
 #           engine's pick one program a tile vs walked (--persistent pick), the sweep against
 #           the old table (STRIXLM_LM_HEAD_SMALL_PERSISTENT_MIN_ROWS=0) at rows between the
 #           sweep's, then the workload on / off (17 / 0) alternating after a warm-up
-#   mixedorder the admission steps' attention (probe_prefill_attn.py): the query-tile grid's
-#           program orders (STRIXLM_ATTN_MIXED_ORDER 0-3) with the decodes first / last in the
-#           batch, and a FlashAttention peer on the prompts; then the workload with the order
-#           that was fastest on the engine's batch order (decodes first, 192 decodes) against
-#           0, alternating after a warm-up
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
@@ -652,16 +647,6 @@ if has lmsmall; then
   grep -E "^M=" "$OUT/lmsmall_sweep.log"
   run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_LM_HEAD_SMALL_PERSISTENT_MIN_ROWS tp_lms on1:17 off1:0 on2:17 off2:0
-fi
-if has mixedorder; then
-  run prefill_attn 200 python benchmarks/gpu/probe_prefill_attn.py --json "$OUT/prefill_attn.json"
-  best=$(python -c "import json; r = json.load(open('$OUT/prefill_attn.json')); \
-print(min((1, 2, 3), key=lambda o: r[f'ours_192_decodes_first_order{o}_us']))" 2>/dev/null)
-  echo "fastest order at 192 decodes first: ${best:-none}"
-  if [[ -n $best ]]; then
-    run tp_warm 100 $TP --model qwen3-0.6b
-    ab_tp STRIXLM_ATTN_MIXED_ORDER tp_mo "on1:$best" off1:0 "on2:$best" off2:0
-  fi
 fi
 if has closing; then
   run e2e 240 python benchmarks/gpu/check_e2e.py

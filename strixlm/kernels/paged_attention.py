@@ -70,12 +70,6 @@ DECODE_SPLITS = int(os.environ.get("STRIXLM_ATTN_DECODE_SPLITS", "0"))
 # PDL wait (session 22, code in af97000): x0.95-0.98 per layer at batch 96-256, workload
 # -6.5%; reverted.
 FUSED_QK_ENABLED = os.environ.get("STRIXLM_ATTN_FUSE_QK", "0") == "1"
-# Program order of the multi-token grid (a module global, read per launch, for A/B runs):
-# 0 = query tiles last-first per kv head (the measured default), 1 = first-first, 2 =
-# first-first with the kv heads interleaved, 3 = last-first with the kv heads interleaved.
-# The scheduler puts decodes first in a batch, so under 0 the decodes of the last kv head
-# are the grid's last programs (long, memory-bound, nothing beside them).
-MIXED_ORDER = int(os.environ.get("STRIXLM_ATTN_MIXED_ORDER", "0"))
 # fp8 caches read as byte pairs (see fp8_pairs); opt-in until it has run on a GPU.
 FP8_PAIRS_ENABLED = os.environ.get("STRIXLM_ATTN_FP8_PAIRS", "0") == "1"
 
@@ -391,19 +385,12 @@ if HAS_TRITON:
         FP8_PAIRS: tl.constexpr,
         PDL: tl.constexpr,
         EARLY: tl.constexpr = False,
-        ORDER: tl.constexpr = 0,
     ):
         # EARLY: the sequence lookup (order, query_start_loc, seq_lens: step inputs written
         # before the previous kernel) runs before the PDL wait; q and K/V are read after it.
         if not EARLY:
             pdl_prologue(PDL)
         kv_head = tl.program_id(1)
-        pid0 = tl.program_id(0)
-        n0 = tl.num_programs(0)
-        if ORDER >= 2:  # one axis, kv heads fastest (SEQ_GRID never takes these orders)
-            kv_head = pid0 % (NUM_Q_HEADS // G)
-            pid0 = pid0 // (NUM_Q_HEADS // G)
-            n0 = n0 // (NUM_Q_HEADS // G)
         seg = tl.program_id(2)
         if SEQ_GRID:
             # Every sequence fits one query tile (decode, short verification): the program
@@ -417,12 +404,9 @@ if HAS_TRITON:
             if q_len == 0:
                 return
         else:
-            # Reversed (orders 0 and 3): the last query tiles see the most keys under the
-            # causal mask; start them first so the tail of the grid is the cheap tiles.
-            if ORDER == 0 or ORDER == 3:
-                q_block = n0 - 1 - pid0
-            else:
-                q_block = pid0
+            # Reversed: the last query tiles see the most keys under the causal mask; start
+            # them first so the tail of the grid is the cheap tiles.
+            q_block = tl.num_programs(0) - 1 - tl.program_id(0)
             seq = _find_seq(qsl_ptr, q_block, num_seqs, BLOCK_Q)
             q_start = tl.load(qsl_ptr + seq)
             q_len = tl.load(qsl_ptr + seq + 1) - q_start
@@ -609,11 +593,7 @@ def paged_attention(
         segm_acc, segm_max, segm_sum = segment_buffers(t, hq, cfg.num_splits, dim_p, q.device)
     else:
         segm_acc = segm_max = segm_sum = out  # never touched; any pointer will do
-    order = 0 if seq_grid else MIXED_ORDER
-    grid = (n_q_blocks, hkv, cfg.num_splits)
-    if order >= 2:
-        grid = (n_q_blocks * hkv, 1, cfg.num_splits)
-    _paged_attn_kernel[grid](
+    _paged_attn_kernel[(n_q_blocks, hkv, cfg.num_splits)](
         out,
         q,
         kc,
@@ -646,7 +626,6 @@ def paged_attention(
         FP8_PAIRS=fp8_pairs(q, kv_cache),
         PDL=pdl,
         EARLY=pdl and EARLY_LOADS,
-        ORDER=order,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         launch_pdl=pdl,
