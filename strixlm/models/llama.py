@@ -15,7 +15,6 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from strixlm.kernels import qkv_rope_tma
 from strixlm.kernels.dispatch import use_triton
 from strixlm.layers.attention.backend import AttentionBackend
 from strixlm.layers.attention.metadata import AttentionMetadata
@@ -75,9 +74,6 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         """qkv projection, q/k norm + rotary (fused where it can be), attention."""
         t = x.shape[0]
-        q = self._qkv_rope_tma(positions, x, md)
-        if q is not None:  # q normed and rotated, K/V in the cache: attention only
-            return self.attn.attend(q, self.kv_cache, md)
         qkv = self.qkv_proj(x)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(t, self.num_heads, self.head_dim)
@@ -114,23 +110,6 @@ class Attention(nn.Module):
             and self.attn.kv_write_is_kernel_compatible
             and self.attn.use_triton(q.device)
         )
-
-    def _qkv_rope_tma(self, positions, x: torch.Tensor, md: AttentionMetadata):
-        """The projection with q/k norm, rotary and the K/V write in its epilogue
-        (kernels/qkv_rope_tma.py) where it is switched on for this many rows and the fused
-        q/k launch with the cache write would run; None otherwise."""
-        if not (self.qk_norm and qkv_rope_tma.MIN_ROWS <= x.shape[0] <= qkv_rope_tma.MAX_ROWS):
-            return None  # the cheap test first: this runs per layer on eager steps
-        w, has_bias = self.qkv_proj.weight, self.qkv_proj.bias is not None
-        if not qkv_rope_tma.plan(x, w, self.num_heads, self.num_kv_heads, has_bias):
-            return None
-        if not (self._fuse_qk_norm_rope(x) and self._fuse_kv_write(x)):
-            return None
-        qn, kn, rot, attn = self.q_norm, self.k_norm, self.rotary, self.attn
-        return qkv_rope_tma.qkv_rope_tma(
-            x, w, self.num_heads, self.num_kv_heads, positions, qn.weight, kn.weight, qn.eps,
-            rot.cos, rot.sin, self.kv_cache, md.slot_mapping, attn.k_scale, attn.v_scale,
-        )  # fmt: skip
 
     def _qk_norm_rope_write(self, positions, k, v, md: AttentionMetadata):
         """The fused launch with the cache write, as arguments for the backend's attend."""
