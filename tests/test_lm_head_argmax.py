@@ -122,7 +122,7 @@ def test_persistent_walk_from_129_rows_on_tma_tiles_only():
     assert lha.PERSISTENT_MIN_ROWS == 129
     for sample in (False, True):
         picks = {m: lha.config_for_rows(m, tma=True, sample=sample) for m in (96, 128, 129, 256)}
-        if sample:  # greedy takes the small rows' persistent table below 129 rows
+        if sample:  # sampling keeps its table below 129 rows (greedy walks the small table)
             assert not picks[96].persistent and not picks[128].persistent
         assert picks[129].persistent and picks[256].persistent
         assert picks[129].tma and picks[256].tma

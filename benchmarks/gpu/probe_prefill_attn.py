@@ -1,8 +1,9 @@
 """How far the paged prefill attention is from a FlashAttention peer at the admission shape.
 
 The standard workload's 18 admission steps each attend ~13 fresh ~600-token prompts (plus the
-decodes of requests already admitted). Our unified Triton kernel runs them at ~130 TFLOP/s
-(session 9's sweep); this probe times, in the same process on the same prompts:
+decodes of requests already admitted). Our unified Triton kernel runs the prompts alone at
+~189 TFLOP/s on the H200 (session 28); this probe times, in the same process on the same
+prompts:
 
 - ours: `paged_attention` at the engine's heuristic config, over the paged cache, on the mixed
   batch (the decodes first, as the scheduler puts them), on the decodes alone and on the
@@ -45,13 +46,13 @@ def flops(rows: list[tuple[int, int]]) -> float:
 
 
 def time_rows(rows: list[tuple[int, int]], label: str, res: dict, sms: int):
-    """Our kernel on one batch at the engine's config; returns the batch for the peer."""
-    q, k, v, cache, md = make_batch(rows, torch.bfloat16)
+    """Our kernel on one batch at the engine's config; returns (q, cache, md) for the peer."""
+    q, _, _, cache, md = make_batch(rows, torch.bfloat16)
     cfg = pa.select_config(HQ, HKV, D, len(rows), md.max_query_len, md.max_seq_len, sms)
     t = bench(attn_call(q, cache, md, False), True) * 1e3
     res[f"ours_{label}_us"] = t
     print(f"ours {label:24s} {t:8.1f} us  {flops(rows) / t / 1e6:6.1f} TFLOP/s  {cfg}", flush=True)
-    return q, k, v, cache, md
+    return q, cache, md
 
 
 def two_streams(decodes, prompts, label: str, res: dict) -> None:
@@ -97,7 +98,7 @@ def main() -> int:
         time_rows(decodes + prompts, f"{nd}_decodes_mixed", res, sms)
         time_rows(decodes, f"{nd}_decodes_alone", res, sms)
         two_streams(decodes, prompts, f"{nd}_decodes", res)
-    q, k, v, cache, md = time_rows(prompts, "prompts", res, sms)
+    q, cache, md = time_rows(prompts, "prompts", res, sms)
     # The prompts alone (the loop's last batch): contiguous K/V, what the cache holds for
     # them, for the peer.
     n = args.prompts * args.prompt_len
