@@ -56,6 +56,24 @@ SHAPES = [
 ]
 
 
+def workload_shapes(steps: list[int], budget: int = 8192) -> list[tuple[str, list[int]]]:
+    """The standard workload's decode batch at the given steps: its seed-0 lengths (drawn as
+    strixlm.benchmarks.workload does), each request admitted at the step its prompt's
+    cumulative tokens reach under the token budget, alive while it has output left."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    prompts = rng.integers(100, 1025, size=256)
+    outs = rng.integers(100, 1025, size=256)
+    admitted = np.cumsum(prompts) // budget
+    shapes = []
+    for s in steps:
+        made = s - admitted
+        ctxs = [int(c) for c, m, o in zip(prompts + made, made, outs, strict=True) if 0 <= m < o]
+        shapes.append((f"workload step {s} (b{len(ctxs)})", ctxs))
+    return shapes
+
+
 def _fit(tiles: list[float], dur: list[float]) -> tuple[float, float]:
     """Least squares dur = a + b * tiles; (a, b), or (mean, 0) when tiles do not vary."""
     mt, md = statistics.fmean(tiles), statistics.fmean(dur)
@@ -151,9 +169,17 @@ def main() -> int:
         default=["deal:0", "deal:0.25"],
         help="kernels compared per shape (see the module docstring)",
     )
+    ap.add_argument(
+        "--workload",
+        nargs="*",
+        type=int,
+        default=None,
+        help="time the standard workload's decode batches at these steps instead of SHAPES",
+    )
     args = ap.parse_args()
+    shapes = SHAPES if args.workload is None else workload_shapes(args.workload)
     rows, bad = [], []
-    for name, ctxs in SHAPES:
+    for name, ctxs in shapes:
         base = None
         for variant in args.variants:
             row = run_shape(name, ctxs, variant, base)
