@@ -168,6 +168,10 @@
 #           engine's pick one program a tile vs walked (--persistent pick), the sweep against
 #           the old table (STRIXLM_LM_HEAD_SMALL_PERSISTENT_MIN_ROWS=0) at rows between the
 #           sweep's, then the workload on / off (17 / 0) alternating after a warm-up
+#   ahead   the persistent decode kernel with its block ids a tile ahead, so K / V multi-buffer
+#           (STRIXLM_ATTN_BLOCKS_AHEAD=1; stages, programs per SM and tile swept):
+#           bench_decode_timeline.py --workload per config, check_attention with the best,
+#           then the workload best / default alternating after a warm-up of each (two pairs)
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
@@ -647,6 +651,46 @@ if has lmsmall; then
   grep -E "^M=" "$OUT/lmsmall_sweep.log"
   run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_LM_HEAD_SMALL_PERSISTENT_MIN_ROWS tp_lms on1:17 off1:0 on2:17 off2:0
+fi
+if has ahead; then  # decode attention with K / V multi-buffered (block ids a tile ahead)
+  # AHEAD:STAGES:CTAS_PER_SM:TILE; the first is the engine's default
+  for c in 0:2:4:64 1:3:3:64 1:4:2:64 1:3:5:32 1:4:3:32 1:3:4:32 1:2:4:64; do
+    IFS=: read -r a st ct tl <<< "$c"
+    (export STRIXLM_ATTN_BLOCKS_AHEAD=$a STRIXLM_ATTN_PERSISTENT_STAGES=$st \
+      STRIXLM_ATTN_PERSISTENT_CTAS=$ct STRIXLM_ATTN_DECODE_TILE=$tl
+     run "ahead_${a}_${st}_${ct}_${tl}" 200 python benchmarks/gpu/bench_decode_timeline.py \
+       --workload 150 300 450 600 700 800 --variants deal:0.6 \
+       --json "$OUT/ahead_${a}_${st}_${ct}_${tl}.json")
+  done
+  best=$(python - "$OUT" <<'PY'
+import json, sys, glob
+res = {}
+for p in glob.glob(sys.argv[1] + "/ahead_*.json"):
+    rows = json.load(open(p))
+    res[p.rsplit("/", 1)[1][6:-5]] = sum(r["us_per_launch"] for r in rows)
+for k, v in sorted(res.items(), key=lambda kv: kv[1]):
+    print(f"{k}: {v:.1f} us over the shapes", file=sys.stderr)
+print(min(res, key=res.get))
+PY
+)
+  echo "best: $best"
+  IFS=_ read -r a st ct tl <<< "$best"
+  export STRIXLM_ATTN_PERSISTENT_MIN=0  # the persistent grid at every decode batch
+  (export STRIXLM_ATTN_BLOCKS_AHEAD=$a STRIXLM_ATTN_PERSISTENT_STAGES=$st \
+    STRIXLM_ATTN_PERSISTENT_CTAS=$ct STRIXLM_ATTN_DECODE_TILE=$tl
+   run attn_check_ahead 200 python benchmarks/gpu/check_attention.py --quick)
+  unset STRIXLM_ATTN_PERSISTENT_MIN
+  run tp_warm 100 $TP --model qwen3-0.6b
+  (export STRIXLM_ATTN_BLOCKS_AHEAD=$a STRIXLM_ATTN_PERSISTENT_STAGES=$st \
+    STRIXLM_ATTN_PERSISTENT_CTAS=$ct STRIXLM_ATTN_DECODE_TILE=$tl
+   run tp_ahead_warm 100 $TP --model qwen3-0.6b)
+  for i in 1 2; do
+    run "tp_base$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_base$i.json"
+    (export STRIXLM_ATTN_BLOCKS_AHEAD=$a STRIXLM_ATTN_PERSISTENT_STAGES=$st \
+      STRIXLM_ATTN_PERSISTENT_CTAS=$ct STRIXLM_ATTN_DECODE_TILE=$tl
+     run "tp_ahead$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_ahead$i.json")
+  done
+  grep "strixlm  " "$OUT"/tp_*.log
 fi
 if has closing; then
   run e2e 240 python benchmarks/gpu/check_e2e.py

@@ -233,6 +233,15 @@ if HAS_TRITON:
         return tl.reshape(tl.join(lo, hi), [TILE, HEAD_DIM])
 
     @triton.jit
+    def tile_blocks(bt_row_ptr, j, kv_end, offs_t, BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr,
+                    MASKED: tl.constexpr):  # fmt: skip
+        # The cache block of each token of KV tile j (int64; 0 past kv_end when MASKED).
+        pos = j * TILE + offs_t
+        if MASKED:
+            return tl.load(bt_row_ptr + pos // BLOCK_SIZE, mask=pos < kv_end, other=0).to(tl.int64)
+        return tl.load(bt_row_ptr + pos // BLOCK_SIZE).to(tl.int64)
+
+    @triton.jit
     def _attn_step(
         acc,
         m_i,
@@ -259,12 +268,46 @@ if HAS_TRITON:
         K_ROWS: tl.constexpr,
         FP8_PAIRS: tl.constexpr,
     ):
+        blk = tile_blocks(bt_row_ptr, j, kv_end, offs_t, BLOCK_SIZE, TILE, MASKED)
+        return attn_step_blocks(
+            acc, m_i, l_i, q, j, kv_end, q_abs, blk, k_cache_ptr, v_cache_ptr, head_off,
+            stride_cb, stride_cs, qk_scale, offs_t, offs_d, HEAD_DIM, EVEN_D, BLOCK_SIZE, TILE,
+            MASKED, IEEE, K_ROWS, FP8_PAIRS,
+        )  # fmt: skip
+
+    @triton.jit
+    def attn_step_blocks(
+        acc,
+        m_i,
+        l_i,
+        q,
+        j,
+        kv_end,
+        q_abs,
+        blk,
+        k_cache_ptr,
+        v_cache_ptr,
+        head_off,
+        stride_cb,
+        stride_cs,
+        qk_scale,
+        offs_t,
+        offs_d,
+        HEAD_DIM: tl.constexpr,
+        EVEN_D: tl.constexpr,
+        BLOCK_SIZE: tl.constexpr,
+        TILE: tl.constexpr,
+        MASKED: tl.constexpr,
+        IEEE: tl.constexpr,
+        K_ROWS: tl.constexpr,
+        FP8_PAIRS: tl.constexpr,
+    ):
+        # One online-softmax step over KV tile j, whose tokens' cache blocks are blk
+        # (tile_blocks): a caller that loads them a tile ahead keeps every K / V address
+        # free of a same-iteration load, which lets Triton's pipeliner multi-buffer them.
         pos = j * TILE + offs_t
         if MASKED:
             pos_ok = pos < kv_end
-            blk = tl.load(bt_row_ptr + pos // BLOCK_SIZE, mask=pos_ok, other=0).to(tl.int64)
-        else:
-            blk = tl.load(bt_row_ptr + pos // BLOCK_SIZE).to(tl.int64)
         tok = blk * stride_cb + (pos % BLOCK_SIZE) * stride_cs + head_off
         # Both tiles as [TILE, D]: one contiguous row of D values per token. K is transposed
         # in registers for the dot (K_ROWS), or loaded as [D, TILE] directly (the old path).

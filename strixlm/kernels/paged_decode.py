@@ -50,10 +50,11 @@ if HAS_TRITON:
     import triton.language as tl
 
     from strixlm.kernels.paged_attention import (
-        _attn_step,
+        attn_step_blocks,
         load_q_rows,
         store_out_rows,
         store_segment_partial,
+        tile_blocks,
     )
     from strixlm.kernels.pdl import pdl_prologue
     from strixlm.kernels.qk_norm_rope import norm_rope_decode_items
@@ -75,8 +76,12 @@ PERSISTENT_ENABLED = os.environ.get("STRIXLM_ATTN_PERSISTENT", "1") != "0"
 # (2026-12-01): x1.125 against the unified kernel at batch 96 and 115 (1.45 / 1.74 per
 # program), x0.92 at batch 64 (0.97).
 PERSISTENT_MIN_ITEMS = float(os.environ.get("STRIXLM_ATTN_PERSISTENT_MIN", "1.25"))
-# K/V stay single-buffered up to 4 stages at tile 64; 2 stages timed 1-2% better than 3.
-PERSISTENT_STAGES = 2
+# K/V stay single-buffered up to 4 stages at tile 64 when each tile loads its own block ids;
+# 2 stages timed 1-2% better than 3 there. STRIXLM_ATTN_BLOCKS_AHEAD=1 loads them a tile
+# ahead, so that 3+ stages multi-buffer K / V (cp.async); STRIXLM_ATTN_PERSISTENT_STAGES sets
+# the stages (both read at import, for A/B runs).
+BLOCKS_AHEAD = os.environ.get("STRIXLM_ATTN_BLOCKS_AHEAD", "0") == "1"
+PERSISTENT_STAGES = int(os.environ.get("STRIXLM_ATTN_PERSISTENT_STAGES", "2"))
 # From this many sequences per program up to PERSISTENT_MIN_ITEMS, two segments per
 # sequence (x1.02 at batch 48 and 64 in the same sweep; four or more segments lost 1-10%
 # there, and below batch 33 the unified kernel's own split won). 0 disables the split.
@@ -144,6 +149,19 @@ def persistent_segments(
 
 if HAS_TRITON:
 
+    @triton.jit
+    def _dealt_tile_blocks(
+        t, total, idx, ends, seqs, lens, j_base, block_table_ptr, stride_bt, offs_t,
+        BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr,
+    ):  # fmt: skip
+        # The cache blocks of the program's dealt tile t (zeros from t = total on).
+        sel = idx == tl.sum((ends <= t).to(tl.int32), axis=0)
+        seq = tl.sum(tl.where(sel, seqs, 0), axis=0)
+        seq_len = tl.where(t < total, tl.sum(tl.where(sel, lens, 0), axis=0), 0)
+        j = t - tl.sum(tl.where(sel, j_base, 0), axis=0)
+        bt_row_ptr = block_table_ptr + seq.to(tl.int64) * stride_bt
+        return tile_blocks(bt_row_ptr, j, seq_len, offs_t, BLOCK_SIZE, TILE, True)
+
     @triton.jit(do_not_specialize=["num_seqs", "n_static"])
     def _paged_decode_persistent_kernel(
         out_ptr,
@@ -210,6 +228,7 @@ if HAS_TRITON:
         TIMING: tl.constexpr,
         DYNAMIC: tl.constexpr,
         PDL: tl.constexpr,
+        AHEAD: tl.constexpr = False,
     ):
         p = tl.program_id(0)
         n_prog = tl.num_programs(0)
@@ -275,6 +294,11 @@ if HAS_TRITON:
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, DIM_P], dtype=tl.float32)
+        if AHEAD:  # tile 0's cache blocks (see below)
+            blk_next = _dealt_tile_blocks(
+                0, total, idx, ends, seqs, lens, firsts - los, block_table_ptr, stride_bt,
+                offs_t, BLOCK_SIZE, TILE,
+            )  # fmt: skip
         for t in range(0, total):
             # Which item and tile: everything below is a function of t.
             sel = idx == tl.sum((ends <= t).to(tl.int32), axis=0)
@@ -285,9 +309,19 @@ if HAS_TRITON:
             tok = tl.sum(tl.where(sel, q_lo, 0), axis=0).to(tl.int64)
             q = load_q_rows(q_ptr, tok, head, stride_qt, stride_qh, offs_d, io_mask, k_cache_ptr)
             q_abs = tl.zeros([BLOCK_M], dtype=tl.int32) + (seq_len - 1)
-            bt_row_ptr = block_table_ptr + seq.to(tl.int64) * stride_bt
-            acc, m_i, l_i = _attn_step(
-                acc, m_i, l_i, q, j, seq_len, q_abs, bt_row_ptr, k_cache_ptr, v_cache_ptr,
+            if AHEAD:
+                # The block ids come one tile ahead: tile t's K / V addresses then depend
+                # on no load of this iteration, and the pipeliner multi-buffers them.
+                blk = blk_next
+                blk_next = _dealt_tile_blocks(
+                    t + 1, total, idx, ends, seqs, lens, firsts - los, block_table_ptr,
+                    stride_bt, offs_t, BLOCK_SIZE, TILE,
+                )  # fmt: skip
+            else:
+                bt_row_ptr = block_table_ptr + seq.to(tl.int64) * stride_bt
+                blk = tile_blocks(bt_row_ptr, j, seq_len, offs_t, BLOCK_SIZE, TILE, True)
+            acc, m_i, l_i = attn_step_blocks(
+                acc, m_i, l_i, q, j, seq_len, q_abs, blk, k_cache_ptr, v_cache_ptr,
                 head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d,
                 HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, True, IEEE, K_ROWS, FP8_PAIRS,
             )  # fmt: skip
@@ -332,10 +366,22 @@ if HAS_TRITON:
                 seq_tiles = tl.cdiv(seq_len, TILE)
                 seg_tiles = tl.cdiv(seq_tiles, NUM_SEGS)
                 j_lo = (i % NUM_SEGS) * seg_tiles
-                for j in range(j_lo, tl.minimum(j_lo + seg_tiles, seq_tiles)):
-                    acc, m_i, l_i = _attn_step(
-                        acc, m_i, l_i, q, j, seq_len, q_abs, bt_row_ptr, k_cache_ptr,
-                        v_cache_ptr, head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d,
+                j_hi = tl.minimum(j_lo + seg_tiles, seq_tiles)
+                if AHEAD:
+                    blk_next = tile_blocks(
+                        bt_row_ptr, j_lo, seq_len, offs_t, BLOCK_SIZE, TILE, True
+                    )  # fmt: skip
+                for j in range(j_lo, j_hi):
+                    if AHEAD:
+                        blk = blk_next
+                        blk_next = tile_blocks(
+                            bt_row_ptr, j + 1, seq_len, offs_t, BLOCK_SIZE, TILE, True
+                        )  # fmt: skip
+                    else:
+                        blk = tile_blocks(bt_row_ptr, j, seq_len, offs_t, BLOCK_SIZE, TILE, True)
+                    acc, m_i, l_i = attn_step_blocks(
+                        acc, m_i, l_i, q, j, seq_len, q_abs, blk, k_cache_ptr, v_cache_ptr,
+                        head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d,
                         HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, True, IEEE, K_ROWS,
                         FP8_PAIRS,
                     )  # fmt: skip
@@ -463,6 +509,7 @@ def paged_decode_persistent(
         TIMING=timing is not None,
         DYNAMIC=n_dyn > 0,
         PDL=pdl,
+        AHEAD=BLOCKS_AHEAD,
         num_warps=num_warps,
         num_stages=num_stages,
         launch_pdl=pdl,
