@@ -170,8 +170,10 @@
 #           sweep's, then the workload on / off (17 / 0) alternating after a warm-up
 #   ahead   the persistent decode kernel with its block ids a tile ahead, so K / V multi-buffer
 #           (STRIXLM_ATTN_BLOCKS_AHEAD=1; stages, programs per SM and tile swept):
-#           bench_decode_timeline.py --workload per config, check_attention with the best,
-#           then the workload best / default alternating after a warm-up of each (two pairs)
+#           bench_decode_timeline.py --workload per config; check_attention with it on (and
+#           the unified kernel's STRIXLM_ATTN_UNIFIED_AHEAD=1)
+#   aheadab the workload with AHEAD_ENV="VAR=VALUE ..." against the default, alternating after
+#           a warm-up of each (two pairs)
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
@@ -662,33 +664,27 @@ if has ahead; then  # decode attention with K / V multi-buffered (block ids a ti
        --workload 150 300 450 600 700 800 --variants deal:0.6 \
        --json "$OUT/ahead_${a}_${st}_${ct}_${tl}.json")
   done
-  best=$(python - "$OUT" <<'PY'
+  python - "$OUT" <<'PY'
 import json, sys, glob
 res = {}
 for p in glob.glob(sys.argv[1] + "/ahead_*.json"):
     rows = json.load(open(p))
-    res[p.rsplit("/", 1)[1][6:-5]] = sum(r["us_per_launch"] for r in rows)
-for k, v in sorted(res.items(), key=lambda kv: kv[1]):
-    print(f"{k}: {v:.1f} us over the shapes", file=sys.stderr)
-print(min(res, key=res.get))
+    res[p.rsplit("/", 1)[1][6:-5]] = [round(r["us_per_launch"], 1) for r in rows]
+for k, v in sorted(res.items(), key=lambda kv: sum(kv[1])):
+    print(f"{k}: {sum(v):.1f} us over the shapes {v}")
 PY
-)
-  echo "best: $best"
-  IFS=_ read -r a st ct tl <<< "$best"
-  export STRIXLM_ATTN_PERSISTENT_MIN=0  # the persistent grid at every decode batch
-  (export STRIXLM_ATTN_BLOCKS_AHEAD=$a STRIXLM_ATTN_PERSISTENT_STAGES=$st \
-    STRIXLM_ATTN_PERSISTENT_CTAS=$ct STRIXLM_ATTN_DECODE_TILE=$tl
+  # The persistent grid at every decode batch, and the unified kernel with its blocks ahead.
+  (export STRIXLM_ATTN_BLOCKS_AHEAD=1 STRIXLM_ATTN_PERSISTENT_STAGES=3 \
+    STRIXLM_ATTN_PERSISTENT_CTAS=3 STRIXLM_ATTN_PERSISTENT_MIN=0 STRIXLM_ATTN_UNIFIED_AHEAD=1
    run attn_check_ahead 200 python benchmarks/gpu/check_attention.py --quick)
-  unset STRIXLM_ATTN_PERSISTENT_MIN
+fi
+if has aheadab; then  # the workload: $AHEAD_ENV (VAR=VALUE ...) against the default, two pairs
   run tp_warm 100 $TP --model qwen3-0.6b
-  (export STRIXLM_ATTN_BLOCKS_AHEAD=$a STRIXLM_ATTN_PERSISTENT_STAGES=$st \
-    STRIXLM_ATTN_PERSISTENT_CTAS=$ct STRIXLM_ATTN_DECODE_TILE=$tl
-   run tp_ahead_warm 100 $TP --model qwen3-0.6b)
+  (export $AHEAD_ENV; run tp_ahead_warm 100 $TP --model qwen3-0.6b)
   for i in 1 2; do
     run "tp_base$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_base$i.json"
-    (export STRIXLM_ATTN_BLOCKS_AHEAD=$a STRIXLM_ATTN_PERSISTENT_STAGES=$st \
-      STRIXLM_ATTN_PERSISTENT_CTAS=$ct STRIXLM_ATTN_DECODE_TILE=$tl
-     run "tp_ahead$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_ahead$i.json")
+    (export $AHEAD_ENV; run "tp_ahead$i" 100 $TP --model qwen3-0.6b \
+      --output-json "$OUT/tp_ahead$i.json")
   done
   grep "strixlm  " "$OUT"/tp_*.log
 fi

@@ -70,6 +70,9 @@ DECODE_SPLITS = int(os.environ.get("STRIXLM_ATTN_DECODE_SPLITS", "0"))
 # PDL wait (session 22, code in af97000): x0.95-0.98 per layer at batch 96-256, workload
 # -6.5%; reverted.
 FUSED_QK_ENABLED = os.environ.get("STRIXLM_ATTN_FUSE_QK", "0") == "1"
+# KV tiles' block ids loaded a tile ahead, which lets Triton multi-buffer K / V at 3+ stages
+# (see paged_decode.BLOCKS_AHEAD): opt-in for the unified kernel until measured (read at import).
+UNIFIED_AHEAD = os.environ.get("STRIXLM_ATTN_UNIFIED_AHEAD", "0") == "1"
 # fp8 caches read as byte pairs (see fp8_pairs); opt-in until it has run on a GPU.
 FP8_PAIRS_ENABLED = os.environ.get("STRIXLM_ATTN_FP8_PAIRS", "0") == "1"
 
@@ -242,40 +245,6 @@ if HAS_TRITON:
         return tl.load(bt_row_ptr + pos // BLOCK_SIZE).to(tl.int64)
 
     @triton.jit
-    def _attn_step(
-        acc,
-        m_i,
-        l_i,
-        q,
-        j,
-        kv_end,
-        q_abs,
-        bt_row_ptr,
-        k_cache_ptr,
-        v_cache_ptr,
-        head_off,
-        stride_cb,
-        stride_cs,
-        qk_scale,
-        offs_t,
-        offs_d,
-        HEAD_DIM: tl.constexpr,
-        EVEN_D: tl.constexpr,
-        BLOCK_SIZE: tl.constexpr,
-        TILE: tl.constexpr,
-        MASKED: tl.constexpr,
-        IEEE: tl.constexpr,
-        K_ROWS: tl.constexpr,
-        FP8_PAIRS: tl.constexpr,
-    ):
-        blk = tile_blocks(bt_row_ptr, j, kv_end, offs_t, BLOCK_SIZE, TILE, MASKED)
-        return attn_step_blocks(
-            acc, m_i, l_i, q, j, kv_end, q_abs, blk, k_cache_ptr, v_cache_ptr, head_off,
-            stride_cb, stride_cs, qk_scale, offs_t, offs_d, HEAD_DIM, EVEN_D, BLOCK_SIZE, TILE,
-            MASKED, IEEE, K_ROWS, FP8_PAIRS,
-        )  # fmt: skip
-
-    @triton.jit
     def attn_step_blocks(
         acc,
         m_i,
@@ -428,6 +397,7 @@ if HAS_TRITON:
         FP8_PAIRS: tl.constexpr,
         PDL: tl.constexpr,
         EARLY: tl.constexpr = False,
+        AHEAD: tl.constexpr = False,
     ):
         # EARLY: the sequence lookup (order, query_start_loc, seq_lens: step inputs written
         # before the previous kernel) runs before the PDL wait; q and K/V are read after it.
@@ -491,15 +461,27 @@ if HAS_TRITON:
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, DIM_P], dtype=tl.float32)
+        if AHEAD:  # block ids a tile ahead (masked: the lookahead may pass kv_end)
+            blk_next = tile_blocks(bt_row_ptr, lo, kv_end, offs_t, BLOCK_SIZE, TILE, True)
         for j in range(lo, mid):
-            acc, m_i, l_i = _attn_step(
-                acc, m_i, l_i, q, j, kv_end, q_abs, bt_row_ptr, k_cache_ptr, v_cache_ptr,
+            if AHEAD:
+                blk = blk_next
+                blk_next = tile_blocks(bt_row_ptr, j + 1, kv_end, offs_t, BLOCK_SIZE, TILE, True)
+            else:
+                blk = tile_blocks(bt_row_ptr, j, kv_end, offs_t, BLOCK_SIZE, TILE, False)
+            acc, m_i, l_i = attn_step_blocks(
+                acc, m_i, l_i, q, j, kv_end, q_abs, blk, k_cache_ptr, v_cache_ptr,
                 head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d,
                 HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, False, IEEE, K_ROWS, FP8_PAIRS,
             )  # fmt: skip
         for j in range(mid, hi):
-            acc, m_i, l_i = _attn_step(
-                acc, m_i, l_i, q, j, kv_end, q_abs, bt_row_ptr, k_cache_ptr, v_cache_ptr,
+            if AHEAD:
+                blk = blk_next
+                blk_next = tile_blocks(bt_row_ptr, j + 1, kv_end, offs_t, BLOCK_SIZE, TILE, True)
+            else:
+                blk = tile_blocks(bt_row_ptr, j, kv_end, offs_t, BLOCK_SIZE, TILE, True)
+            acc, m_i, l_i = attn_step_blocks(
+                acc, m_i, l_i, q, j, kv_end, q_abs, blk, k_cache_ptr, v_cache_ptr,
                 head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d,
                 HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, True, IEEE, K_ROWS, FP8_PAIRS,
             )  # fmt: skip
@@ -669,6 +651,7 @@ def paged_attention(
         FP8_PAIRS=fp8_pairs(q, kv_cache),
         PDL=pdl,
         EARLY=pdl and EARLY_LOADS,
+        AHEAD=UNIFIED_AHEAD,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         launch_pdl=pdl,

@@ -9,7 +9,7 @@ iteration t finds its sequence and tile from a prefix sum of tile counts held in
 so every load address is a function of t alone and the software pipeliner prefetches
 across sequence boundaries. After a sequence's last tile its row is normalized and stored
 and the online-softmax state restarts. The per-tile math is the unified kernel's
-`_attn_step` in the same tile order: identical results under the interpreter; compiled, the
+`attn_step_blocks` in the same tile order: identical results under the interpreter; compiled, the
 two loops may round differently (within bf16 tolerance on the H200).
 
 Sequences are dealt to programs in a snake over the longest-first order (ranks p, 2P-1-p,
