@@ -121,10 +121,13 @@ def test_persistent_heuristic(monkeypatch):
     assert sel(16, 8, 128, 82, 1, 2048, 132) == sel(16, 8, 128, 40, 1, 2048, 132)
     cfg = sel(16, 8, 128, 40, 1, 2048, 132)
     assert cfg.persistent and cfg.num_splits == 2
-    assert not sel(16, 8, 128, 64, 1, 200, 132).persistent  # segments under 2 tiles
+    short = 4 * pa.DECODE_TILE - 1  # segments under 2 tiles
+    assert not sel(16, 8, 128, 64, 1, short, 132).persistent
     # Fewer: the unified kernel and its own split.
     cfg = sel(16, 8, 128, 39, 1, 2048, 132)
-    assert not cfg.persistent and cfg.num_splits == pa.choose_num_splits(39, 8, 1, 2048, 64, 132)
+    assert not cfg.persistent and cfg.num_splits == pa.choose_num_splits(
+        39, 8, 1, 2048, pa.DECODE_TILE, 132
+    )
     assert not sel(16, 8, 128, 1, 1, 8192, 132).persistent
     assert not sel(16, 8, 128, 256, 2, 2048, 132).persistent  # speculative verification
     assert not sel(16, 8, 128, 256, 600, 2048, 132).persistent  # prefill
@@ -379,11 +382,13 @@ for cache_dt in ("bf16", "fp8e4nv"):
     # The bf16 cache compiles the split grid without the q/k prologue, fp8 the unsplit
     # grid with it (the prologue's fp8 cache write included); both with dynamic items.
     fp8 = cache_dt == "fp8e4nv"
-    consts = dict(NUM_Q_HEADS=16, G=2, HEAD_DIM=128, DIM_P=128, BLOCK_SIZE=16, TILE=64,
+    # The bf16 one with the block ids a tile ahead (the engine's default): K / V then
+    # take two 32-token buffers each in shared memory (2 x 2 x 32 x 128 x 2 bytes).
+    consts = dict(NUM_Q_HEADS=16, G=2, HEAD_DIM=128, DIM_P=128, BLOCK_SIZE=16, TILE=32,
                   BLOCK_M=16, MAX_ITEMS=8, NUM_SEGS=1 if fp8 else 4,
                   IEEE=False, K_ROWS=False, HAS_ORDER=True, FP8_PAIRS=fp8, FUSE_QK=fp8,
                   BLOCK_G=2, HALF=64, FP8=fp8, TIMING=fp8, DYNAMIC=True,
-                  PDL=fp8)
+                  PDL=fp8, AHEAD=not fp8)
     names = list(sig) + list(consts)
     div16 = [n for n in sig if n.endswith("_ptr") or (n.startswith("stride") and n != "stride_bt")]
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in div16}
@@ -392,9 +397,33 @@ for cache_dt in ("bf16", "fp8e4nv"):
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                        options=dict(num_warps=2, num_stages=3))
     assert ("griddepcontrol.wait" in k.asm["ptx"]) == fp8  # PDL: the wait after the deal
+    assert (k.metadata.shared >= 2 * 2 * 32 * 128 * 2) == (not fp8), k.metadata.shared
 print("compiled")
 """
 
 
 def test_persistent_kernel_compiles_for_sm90():
     assert_compiles(AOT_SCRIPT)
+
+
+@pytest.mark.parametrize("segs", [1, 2])
+def test_block_ids_ahead_change_no_value(monkeypatch, segs):
+    """The block ids loaded a tile ahead (BLOCKS_AHEAD / UNIFIED_AHEAD) only move loads:
+    both kernels give the same bits with them off, for dealt, dynamic and split items and
+    for the unified kernel's prefill-style (mixed) and split decode batches."""
+    b = Batch(ROWS, 4, 2, 32, 4, torch.float32, seed=2, pad_tokens=3, pad_seqs=3)
+    mixed = Batch([(40, 9), (3, 3), (70, 1), (17, 17)], 4, 2, 32, 4, torch.float32, seed=4)
+    outs = {}
+    for ahead in (False, True):
+        monkeypatch.setattr(pdk, "BLOCKS_AHEAD", ahead)
+        monkeypatch.setattr(pa, "UNIFIED_AHEAD", ahead)
+        dealt = _persistent(b, 3, num_segs=segs, dynamic_frac=0.0)
+        dyn = _persistent(b, 3, num_segs=segs, dynamic_frac=0.6)
+        cfg = pa.AttnConfig(16, 16, 4, 2, segs)
+        split = pa.paged_attention(*_args(b), max_query_len=1, max_seq_len=72, config=cfg)
+        m = pa.paged_attention(
+            *_args(mixed), max_query_len=17, max_seq_len=70, config=pa.AttnConfig(32, 16, 4, 2)
+        )
+        outs[ahead] = (dealt[: b.t], dyn[: b.t], split[: b.t], m[: mixed.t])
+    for off, on in zip(outs[False], outs[True], strict=True):
+        assert torch.equal(off, on)

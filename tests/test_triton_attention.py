@@ -381,7 +381,7 @@ def build(fn, sig, consts, warps, stages=1):
     opts = dict(num_warps=warps, num_stages=stages)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
 
-def attn(dt, cache_dt, cfg, seq_grid, has_order, early=False):
+def attn(dt, cache_dt, cfg, seq_grid, has_order, early=False, ahead=True):
     sig = dict(out_ptr=f"*{dt}", q_ptr=f"*{dt}", k_cache_ptr=f"*{cache_dt}",
                v_cache_ptr=f"*{cache_dt}", block_table_ptr="*i32", seq_lens_ptr="*i32",
                qsl_ptr="*i32", order_ptr="*i32", segm_acc_ptr="*fp32", segm_max_ptr="*fp32",
@@ -392,8 +392,13 @@ def attn(dt, cache_dt, cfg, seq_grid, has_order, early=False):
              BLOCK_M=cfg.block_m, BLOCK_Q=cfg.block_m // 2, NUM_SEGS=cfg.num_splits,
              SPLIT=cfg.num_splits > 1, IEEE=False, K_ROWS=cfg.k_rows, SEQ_GRID=seq_grid,
              HAS_ORDER=has_order, FP8_PAIRS=cache_dt == "fp8e4nv", PDL=has_order or early,
-             EARLY=early)
-    ptx = build(pa._paged_attn_kernel, sig, c, cfg.num_warps, cfg.num_stages).asm["ptx"]
+             EARLY=early, AHEAD=ahead)
+    k = build(pa._paged_attn_kernel, sig, c, cfg.num_warps, cfg.num_stages)
+    ptx = k.asm["ptx"]
+    # AHEAD (block ids a tile ahead) double-buffers K / V at the decode config's 3 stages.
+    kv_tile = 2 * cfg.tile * 128 * 2
+    if seq_grid and not c["FP8_PAIRS"]:
+        assert (k.metadata.shared >= 2 * kv_tile) == ahead, (ahead, k.metadata.shared)
     # EARLY: the sequence lookup's loads come before the wait, q and K/V after it.
     wait = ptx.find("griddepcontrol.wait")
     if c["PDL"]:
@@ -401,6 +406,7 @@ def attn(dt, cache_dt, cfg, seq_grid, has_order, early=False):
 
 attn("bf16", "fp8e4nv", pa.select_config(16, 8, 128, 1, 1, 8192, 132), True, True)
 attn("bf16", "bf16", pa.select_config(16, 8, 128, 256, 1, 2048, 132), True, True)
+attn("bf16", "bf16", pa.select_config(16, 8, 128, 256, 1, 2048, 132), True, True, ahead=False)
 attn("bf16", "bf16", pa.select_config(16, 8, 128, 1, 2048, 2048, 132), False, False)
 attn("fp16", "fp8e4nv", pa.select_config(16, 8, 128, 1, 2048, 2048, 132), False, False)
 attn("bf16", "bf16", pa.select_config(16, 8, 128, 256, 1, 2048, 132), True, True, early=True)

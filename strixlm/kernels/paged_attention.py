@@ -53,10 +53,13 @@ SPLIT_MAX_QUERY_LEN = 8  # decode and short speculative verification
 SPLIT_TARGET_CTAS_PER_SM = int(os.environ.get("STRIXLM_ATTN_SPLIT_CTAS", "2"))
 SPLIT_MIN_TOKENS_PER_SEG = 128
 SPLIT_MAX_SEGS = 64
-# Benchmark knobs for A/B runs of the decode config (defaults are the tuned choice: on the
-# H200, 64-token tiles with 2 warps and 3 stages were within 1-2% of the best of 54 configs
-# at batch 64-256 with contexts spread over 100-2000 tokens, 10-18% faster than 32/4 warps).
-DECODE_TILE = int(os.environ.get("STRIXLM_ATTN_DECODE_TILE", "64"))
+# Benchmark knobs for A/B runs of the decode config. 64-token tiles with 2 warps and 3 stages
+# were within 1-2% of the best of 54 configs at batch 64-256 (H200, session 3), 10-18% faster
+# than 32 / 4 warps. Since the block ids come a tile ahead (UNIFIED_AHEAD,
+# paged_decode.BLOCKS_AHEAD), K / V are double-buffered, and 32-token tiles with both on ran
+# the workload +0.5% (27,582.9 / 27,538.5 / 27,566.1 / 27,555.0 tok/s -> 27,700.0 / 27,703.6
+# / 27,698.3 / 27,681.5, alternating, H200, 2026-12-03); either switch alone gained nothing.
+DECODE_TILE = int(os.environ.get("STRIXLM_ATTN_DECODE_TILE", "32"))
 DECODE_WARPS = int(os.environ.get("STRIXLM_ATTN_DECODE_WARPS", "2"))
 DEFAULT_K_ROWS = os.environ.get("STRIXLM_ATTN_K_ROWS", "0") == "1"
 # KV segments forced on decode-like batches (0 = the heuristic); for A/B runs.
@@ -71,8 +74,8 @@ DECODE_SPLITS = int(os.environ.get("STRIXLM_ATTN_DECODE_SPLITS", "0"))
 # -6.5%; reverted.
 FUSED_QK_ENABLED = os.environ.get("STRIXLM_ATTN_FUSE_QK", "0") == "1"
 # KV tiles' block ids loaded a tile ahead, which lets Triton multi-buffer K / V at 3+ stages
-# (see paged_decode.BLOCKS_AHEAD): opt-in for the unified kernel until measured (read at import).
-UNIFIED_AHEAD = os.environ.get("STRIXLM_ATTN_UNIFIED_AHEAD", "0") == "1"
+# (see paged_decode.BLOCKS_AHEAD); STRIXLM_ATTN_UNIFIED_AHEAD=0 turns it off (read at import).
+UNIFIED_AHEAD = os.environ.get("STRIXLM_ATTN_UNIFIED_AHEAD", "1") == "1"
 # fp8 caches read as byte pairs (see fp8_pairs); opt-in until it has run on a GPU.
 FP8_PAIRS_ENABLED = os.environ.get("STRIXLM_ATTN_FP8_PAIRS", "0") == "1"
 

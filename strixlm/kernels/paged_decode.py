@@ -76,12 +76,14 @@ PERSISTENT_ENABLED = os.environ.get("STRIXLM_ATTN_PERSISTENT", "1") != "0"
 # (2026-12-01): x1.125 against the unified kernel at batch 96 and 115 (1.45 / 1.74 per
 # program), x0.92 at batch 64 (0.97).
 PERSISTENT_MIN_ITEMS = float(os.environ.get("STRIXLM_ATTN_PERSISTENT_MIN", "1.25"))
-# K/V stay single-buffered up to 4 stages at tile 64 when each tile loads its own block ids;
-# 2 stages timed 1-2% better than 3 there. STRIXLM_ATTN_BLOCKS_AHEAD=1 loads them a tile
-# ahead, so that 3+ stages multi-buffer K / V (cp.async); STRIXLM_ATTN_PERSISTENT_STAGES sets
-# the stages (both read at import, for A/B runs).
-BLOCKS_AHEAD = os.environ.get("STRIXLM_ATTN_BLOCKS_AHEAD", "0") == "1"
-PERSISTENT_STAGES = int(os.environ.get("STRIXLM_ATTN_PERSISTENT_STAGES", "2"))
+# Each tile used to load its own block ids, and Triton then kept K / V single-buffered at
+# any stage count (2 stages timed 1-2% better than 3). With the ids a tile ahead
+# (STRIXLM_ATTN_BLOCKS_AHEAD, default on), 3 stages double-buffer K / V by cp.async: at
+# 32-token tiles that is 42 KB of shared memory a program, four an SM. The workload gain
+# came with the unified kernel's switch too (see paged_attention.DECODE_TILE).
+# STRIXLM_ATTN_PERSISTENT_STAGES sets the stages (both read at import, for A/B runs).
+BLOCKS_AHEAD = os.environ.get("STRIXLM_ATTN_BLOCKS_AHEAD", "1") == "1"
+PERSISTENT_STAGES = int(os.environ.get("STRIXLM_ATTN_PERSISTENT_STAGES", "3"))
 # From this many sequences per program up to PERSISTENT_MIN_ITEMS, two segments per
 # sequence (x1.02 at batch 48 and 64 in the same sweep; four or more segments lost 1-10%
 # there, and below batch 33 the unified kernel's own split won). 0 disables the split.
