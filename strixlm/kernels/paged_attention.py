@@ -58,7 +58,8 @@ SPLIT_MAX_SEGS = 64
 # than 32 / 4 warps. Since the block ids come a tile ahead (UNIFIED_AHEAD,
 # paged_decode.BLOCKS_AHEAD), K / V are double-buffered, and 32-token tiles with both on ran
 # the workload +0.5% (27,582.9 / 27,538.5 / 27,566.1 / 27,555.0 tok/s -> 27,700.0 / 27,703.6
-# / 27,698.3 / 27,681.5, alternating, H200, 2026-12-03); either switch alone gained nothing.
+# / 27,698.3 / 27,681.5, alternating, H200, 2026-12-03). The unified kernel's switch at
+# 64-token tiles (27,558.8 / 27,579.6) and 32-token tiles without it (27,575.2) gained nothing.
 DECODE_TILE = int(os.environ.get("STRIXLM_ATTN_DECODE_TILE", "32"))
 DECODE_WARPS = int(os.environ.get("STRIXLM_ATTN_DECODE_WARPS", "2"))
 DEFAULT_K_ROWS = os.environ.get("STRIXLM_ATTN_K_ROWS", "0") == "1"

@@ -6,11 +6,12 @@ lengths -> block table -> K/V, dependent loads) before its first tile streams an
 after its last. Here a fixed grid of P programs per kv head (one wave: four per SM) shares
 the sequences out, and each program walks all KV tiles of all its sequences as ONE loop:
 iteration t finds its sequence and tile from a prefix sum of tile counts held in registers,
-so every load address is a function of t alone and the software pipeliner prefetches
-across sequence boundaries. After a sequence's last tile its row is normalized and stored
-and the online-softmax state restarts. The per-tile math is the unified kernel's
-`attn_step_blocks` in the same tile order: identical results under the interpreter; compiled, the
-two loops may round differently (within bf16 tolerance on the H200).
+and the tile's cache block ids were loaded one iteration earlier (BLOCKS_AHEAD), so no K / V
+address waits on a load of its own iteration and the software pipeliner double-buffers K /
+V (cp.async) across sequence boundaries. After a sequence's last tile its row is normalized
+and stored and the online-softmax state restarts. The per-tile math is the unified kernel's
+`attn_step_blocks` in the same tile order: identical results under the interpreter;
+compiled, the two loops may round differently (within bf16 tolerance on the H200).
 
 Sequences are dealt to programs in a snake over the longest-first order (ranks p, 2P-1-p,
 2P+p, ...) so that every program gets a similar number of tiles. Smaller batches (fewer
@@ -65,9 +66,10 @@ if HAS_TRITON:
         globaltimer = smid = None
 
 # Programs per SM: four 2-warp programs fill an SM at tile 64 (registers); five or six
-# spill into a second wave. H200, sweep_decode_attn.py --persistent (2026-12-01): 4/SM beat
-# the unified kernel by 2-10% from batch 128 up, 2-3/SM lost 5-25%, and at batch 64 (one
-# sequence per program) it lost 7%.
+# spill into a second wave, as five did at tile 32 with K / V double-buffered (session 29).
+# H200, sweep_decode_attn.py --persistent (2026-12-01): 4/SM beat the unified kernel by
+# 2-10% from batch 128 up, 2-3/SM lost 5-25%, and at batch 64 (one sequence per program) it
+# lost 7%.
 PERSISTENT_CTAS_PER_SM = int(os.environ.get("STRIXLM_ATTN_PERSISTENT_CTAS", "4"))
 # STRIXLM_ATTN_PERSISTENT=0 keeps the unified kernel, for A/B runs (read once, at import).
 PERSISTENT_ENABLED = os.environ.get("STRIXLM_ATTN_PERSISTENT", "1") != "0"
