@@ -66,7 +66,8 @@ if HAS_TRITON:
         globaltimer = smid = None
 
 # Programs per SM: four 2-warp programs fill an SM at tile 64 (registers); five or six
-# spill into a second wave, as five did at tile 32 with K / V double-buffered (session 29).
+# spill into a second wave. At tile 32 with K / V double-buffered, five ran 28% slower than
+# four (session 29, bench_decode_timeline.py --workload).
 # H200, sweep_decode_attn.py --persistent (2026-12-01): 4/SM beat the unified kernel by
 # 2-10% from batch 128 up, 2-3/SM lost 5-25%, and at batch 64 (one sequence per program) it
 # lost 7%.
