@@ -172,6 +172,9 @@
 #           (STRIXLM_ATTN_BLOCKS_AHEAD=1; stages, programs per SM and tile swept):
 #           bench_decode_timeline.py --workload per config; check_attention with it on (and
 #           the unified kernel's STRIXLM_ATTN_UNIFIED_AHEAD=1)
+#   readpattern  the paged KV access pattern against a plain streaming read, one difference at
+#           a time: block order, one head's rows or whole blocks, K and V, pool size
+#           (bench_read_pattern.py; not yet run)
 #   aheadab the workload with AHEAD_ENV="VAR=VALUE ..." against the default, alternating after
 #           a warm-up of each (two pairs)
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
@@ -677,6 +680,9 @@ PY
   (export STRIXLM_ATTN_BLOCKS_AHEAD=1 STRIXLM_ATTN_PERSISTENT_STAGES=3 \
     STRIXLM_ATTN_PERSISTENT_CTAS=3 STRIXLM_ATTN_PERSISTENT_MIN=0 STRIXLM_ATTN_UNIFIED_AHEAD=1
    run attn_check_ahead 200 python benchmarks/gpu/check_attention.py --quick)
+fi
+if has readpattern; then  # what in the paged access holds attention under the read ceiling
+  run readpattern 240 python benchmarks/gpu/bench_read_pattern.py --json "$OUT/read_pattern.json"
 fi
 if has aheadab; then  # the workload: $AHEAD_ENV (VAR=VALUE ...) against the default, two pairs
   run tp_warm 100 $TP --model qwen3-0.6b

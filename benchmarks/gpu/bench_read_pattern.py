@@ -1,0 +1,194 @@
+"""Which part of the paged KV access keeps decode attention under the streaming-read rate?
+
+python benchmarks/gpu/bench_read_pattern.py [--json PATH] [--pool-gib 2 64] [--read-gib 1]
+
+bench_read_bw.py streams 4 GiB front to back at 4.57-4.60 TB/s (H200, session 29); decode
+attention reads the standard workload's KV at 4.0-4.3 TB/s, with K / V double-buffered.
+Between the two, the attention reads one kv head's 256-byte rows (stride: a token's heads,
+2 KB) out of 16-token cache blocks (32 KB: all heads) that sit anywhere in a pool of tens of
+GB, found through a block table. This reads bytes in those patterns, one difference at a
+time, with a sum in place of the attention math:
+- order: the blocks in pool order, or a random draw from the pool;
+- span: whole blocks (one program reads all heads), or one head's rows (a grid of programs
+  per kv head, side by side, as the attention's grid runs);
+- kv: one pool half (K) or both (K and V, as attention reads them);
+- pool: the draw from a small pool or a large one (address-translation reach).
+Each kernel is a persistent grid (programs per SM x SMs, per head); program p walks its
+share of the block list a tile at a time, its block ids loaded a tile ahead (as the engine's
+kernels do) so Triton can multi-buffer the tile loads. Times are CUDA-graph replays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+BS, HEADS, D = 16, 8, 128  # Qwen3-0.6B's cache: 16-token blocks, 8 kv heads of 128
+BLOCK_BYTES = BS * HEADS * D * 2  # bf16: 32 KB a block (one of K or V)
+
+
+@triton.jit
+def _read_blocks_kernel(
+    pool_ptr,
+    ids_ptr,
+    out_ptr,
+    tiles_per_prog,
+    half_stride,
+    WHOLE: tl.constexpr,
+    KV: tl.constexpr,
+    TILE: tl.constexpr,
+    BS: tl.constexpr,
+    HEADS: tl.constexpr,
+    D: tl.constexpr,
+):
+    # Program (p, h) reads tiles_per_prog tiles of TILE tokens (TILE // 16 blocks each) from
+    # its share of ids: all heads of each token (WHOLE) or head h's 256-byte rows.
+    p = tl.program_id(0)
+    h = tl.program_id(1)
+    offs_t = tl.arange(0, TILE)
+    if WHOLE:
+        cols = tl.arange(0, HEADS * D)
+        acc = tl.zeros([16, HEADS * D], dtype=tl.float32)
+    else:
+        cols = h * D + tl.arange(0, D)
+        acc = tl.zeros([16, D], dtype=tl.float32)
+    # The tiles feed a dot (as attention's V tiles do), so they go through shared memory
+    # and Triton copies them there asynchronously, stages ahead; a plain sum would keep
+    # them in registers, one tile in flight.
+    ones = tl.full([16, TILE], 1.0, dtype=pool_ptr.dtype.element_ty)
+    base = ids_ptr + p.to(tl.int64) * tiles_per_prog * (TILE // BS)
+    nxt = tl.load(base + offs_t // BS).to(tl.int64)
+    for i in range(tiles_per_prog):
+        blk = nxt
+        # The ids array has one spare tile at the end, so this read stays in bounds.
+        nxt = tl.load(base + (i + 1) * (TILE // BS) + offs_t // BS).to(tl.int64)
+        rows = blk * (BS * HEADS * D) + (offs_t % BS).to(tl.int64) * (HEADS * D)
+        ptrs = pool_ptr + rows[:, None] + cols[None, :]
+        acc = tl.dot(ones, tl.load(ptrs), acc)
+        if KV:
+            acc = tl.dot(ones, tl.load(ptrs + half_stride), acc)
+    # Every row of acc holds the column sums: their total / 16 is the sum read (exact).
+    tl.store(out_ptr + p * tl.num_programs(1) + h, tl.sum(tl.sum(acc, axis=1), axis=0) / 16)
+
+
+def read_blocks(
+    pool: torch.Tensor,
+    ids: torch.Tensor,
+    programs: int,
+    *,
+    whole: bool,
+    kv: bool,
+    tile: int,
+    warps: int,
+    stages: int = 3,
+) -> torch.Tensor:
+    """Per program (and head) sums of the blocks ids names, read as the pattern says.
+
+    pool: [2, num_blocks, BS, HEADS, D] (K then V); ids: int32 [programs * tiles * tile // BS
+    + tile // BS] (a spare tile of ids at the end); each program reads a contiguous share.
+    Returns [programs, 1 or HEADS] float32."""
+    per_tile = tile // BS
+    tiles = (ids.numel() - per_tile) // (programs * per_tile)
+    heads = 1 if whole else HEADS
+    out = torch.empty((programs, heads), dtype=torch.float32, device=pool.device)
+    _read_blocks_kernel[(programs, heads)](
+        pool, ids, out, tiles, pool.stride(0), WHOLE=whole, KV=kv, TILE=tile, BS=BS,
+        HEADS=HEADS, D=D, num_warps=warps, num_stages=stages,
+    )  # fmt: skip
+    return out
+
+
+def read_blocks_ref(pool: torch.Tensor, ids: torch.Tensor, programs: int, *, whole: bool,
+                    kv: bool, tile: int) -> torch.Tensor:  # fmt: skip
+    """read_blocks in torch."""
+    per_tile = tile // BS
+    tiles = (ids.numel() - per_tile) // (programs * per_tile)
+    used = ids[: programs * tiles * per_tile].long().view(programs, tiles * per_tile)
+    halves = (pool[0], pool[1]) if kv else (pool[0],)
+    sums = sum(half[used].float().sum(dim=(1, 2)) for half in halves)  # [programs, HEADS, D]
+    return sums.sum(dim=(1, 2))[:, None] if whole else sums.sum(dim=2)
+
+
+@dataclass
+class Row:
+    pattern: str
+    pool_gib: float
+    programs_per_sm: int
+    warps: int
+    us: float
+    tb_s: float
+
+
+def block_ids(pool_blocks: int, n: int, random: bool, tile: int, seed: int = 0) -> torch.Tensor:
+    """n block ids, in pool order or a random draw, then one spare tile's ids (read as the
+    last tile's lookahead, never as data)."""
+    if random:
+        g = torch.Generator().manual_seed(seed)
+        ids = torch.randperm(pool_blocks, generator=g)[:n]
+    else:
+        ids = torch.arange(n)
+    return torch.cat([ids, ids[: tile // BS]]).to(torch.int32)
+
+
+def main() -> int:
+    from graph_timing import graph_time_us
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--pool-gib", type=float, nargs="+", default=[2.0, 64.0])
+    ap.add_argument("--read-gib", type=float, default=1.0, help="bytes read per launch")
+    args = ap.parse_args()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    rows: list[Row] = []
+    patterns = [  # name, whole, kv, random, tile
+        ("whole blocks, pool order", True, False, False, 16),
+        ("whole blocks, random", True, False, True, 16),
+        ("one head's rows, pool order", False, False, False, 64),
+        ("one head's rows, random", False, False, True, 64),
+        ("one head's rows, K and V, random (attention-like)", False, True, True, 32),
+    ]
+    for pool_gib in args.pool_gib:
+        pool_blocks = int(pool_gib * 2**30) // (2 * BLOCK_BYTES)
+        pool = torch.ones((2, pool_blocks, BS, HEADS, D), dtype=torch.bfloat16, device="cuda")
+        for name, whole, kv, random, tile in patterns:
+            # Bytes read: whole blocks read all of each block, head rows 1/8 per program
+            # but every head's programs read the block list.
+            n_blocks = int(args.read_gib * 2**30) // (BLOCK_BYTES * (2 if kv else 1))
+            # Resident at once: whole blocks take 64 KB of shared memory a program (two 32 KB
+            # buffers) and a [16, 1024] fp32 accumulator (4+ warps); head rows 32 KB.
+            for per_sm, warps in ((2, 8), (3, 4)) if whole else ((4, 2), (6, 2), (4, 8)):
+                heads = 1 if whole else HEADS
+                programs = max(1, sms * per_sm // heads)
+                per_prog = max(1, n_blocks // programs // (tile // BS)) * (tile // BS)
+                ids = block_ids(pool_blocks, programs * per_prog, random, tile).cuda()
+                read = programs * per_prog * BLOCK_BYTES * (2 if kv else 1)
+                us = graph_time_us(
+                    functools.partial(
+                        read_blocks, pool, ids, programs, whole=whole, kv=kv, tile=tile,
+                        warps=warps,
+                    )
+                )  # fmt: skip
+                row = Row(name, pool_gib, per_sm, warps, us, read / us / 1e6)
+                rows.append(row)
+                print(
+                    f"pool {pool_gib:5.1f} GiB  {name:52s} {per_sm}/SM x {warps} warps: "
+                    f"{us:8.1f} us, {row.tb_s:.2f} TB/s"
+                )
+        del pool
+        torch.cuda.empty_cache()
+    if args.json:
+        Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.exit(main())
