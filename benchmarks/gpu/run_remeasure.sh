@@ -172,6 +172,9 @@
 #           (STRIXLM_ATTN_BLOCKS_AHEAD=1; stages, programs per SM and tile swept):
 #           bench_decode_timeline.py --workload per config; check_attention with it on (and
 #           the unified kernel's STRIXLM_ATTN_UNIFIED_AHEAD=1)
+#   tailahead  where session 29's +0.5% came from: sweep_decode_attn.py --tail (the tail's
+#           shapes, the heuristic's pick and 1 / 2 / 4 / 8 segments) with the unified kernel's
+#           block ids ahead on / off at 32- and 64-token tiles (not yet run)
 #   readpattern  the paged KV access pattern against a plain streaming read, one difference at
 #           a time: block order, one head's rows or whole blocks, K and V, pool size
 #           (bench_read_pattern.py; not yet run)
@@ -680,6 +683,14 @@ PY
   (export STRIXLM_ATTN_BLOCKS_AHEAD=1 STRIXLM_ATTN_PERSISTENT_STAGES=3 \
     STRIXLM_ATTN_PERSISTENT_CTAS=3 STRIXLM_ATTN_PERSISTENT_MIN=0 STRIXLM_ATTN_UNIFIED_AHEAD=1
    run attn_check_ahead 200 python benchmarks/gpu/check_attention.py --quick)
+fi
+if has tailahead; then  # the tail's launches with the double-buffered K / V on and off
+  for v in 1:32 0:32 1:64 0:64; do
+    a=${v%%:*} t=${v#*:}
+    STRIXLM_ATTN_UNIFIED_AHEAD=$a STRIXLM_ATTN_DECODE_TILE=$t run "tail_a${a}_t$t" 120 \
+      python benchmarks/gpu/sweep_decode_attn.py --tail --budget-s 100 \
+      --json "$OUT/tail_a${a}_t$t.json"
+  done
 fi
 if has readpattern; then  # what in the paged access holds attention under the read ceiling
   run readpattern 240 python benchmarks/gpu/bench_read_pattern.py --json "$OUT/read_pattern.json"
