@@ -175,6 +175,12 @@
 #   tailahead  where session 29's +0.5% came from: sweep_decode_attn.py --tail (the tail's
 #           shapes, the heuristic's pick and 1 / 2 / 4 / 8 segments) with the unified kernel's
 #           block ids ahead on / off at 32- and 64-token tiles (not yet run)
+#   atends  the persistent kernel finding its items where one ends instead of at every tile
+#           (STRIXLM_ATTN_LOOKUP_AT_ENDS=1: 38% fewer PTX instructions a tile at tile 32),
+#           with 2 warps and with 1 warp (no cross-warp softmax reductions, which leave 11
+#           bar.sync a tile) at 4-8 programs per SM: bench_decode_timeline.py --workload per
+#           setting, check_attention with it on, then the workload on / off alternating after
+#           a warm-up of each (two pairs) (not yet run)
 #   readpattern  the paged KV access pattern against a plain streaming read, one difference at
 #           a time: block order, one head's rows or whole blocks, K and V, pool size
 #           (bench_read_pattern.py; not yet run)
@@ -691,6 +697,33 @@ if has tailahead; then  # the tail's launches with the double-buffered K / V on 
       python benchmarks/gpu/sweep_decode_attn.py --tail --budget-s 100 \
       --json "$OUT/tail_a${a}_t$t.json"
   done
+fi
+if has atends; then  # item lookups at item ends; one-warp programs
+  # LOOKUP_AT_ENDS:WARPS:CTAS_PER_SM
+  for c in 0:2:4 1:2:4 1:1:4 1:1:5 0:1:5; do
+    IFS=: read -r e w ct <<< "$c"
+    (export STRIXLM_ATTN_LOOKUP_AT_ENDS=$e STRIXLM_ATTN_DECODE_WARPS=$w \
+      STRIXLM_ATTN_PERSISTENT_CTAS=$ct
+     run "atends_${e}_${w}_${ct}" 150 python benchmarks/gpu/bench_decode_timeline.py \
+       --workload 150 300 450 600 700 800 --variants deal:0.6 \
+       --json "$OUT/atends_${e}_${w}_${ct}.json")
+  done
+  python - "$OUT" <<'PY'
+import json, sys, glob
+for p in sorted(glob.glob(sys.argv[1] + "/atends_*.json")):
+    us = [round(r["us_per_launch"], 1) for r in json.load(open(p))]
+    print(p.rsplit("/", 1)[1][7:-5], f"{sum(us):.1f} us over the shapes", us)
+PY
+  (export STRIXLM_ATTN_LOOKUP_AT_ENDS=1 STRIXLM_ATTN_PERSISTENT_MIN=0
+   run attn_check_atends 200 python benchmarks/gpu/check_attention.py --quick)
+  run tp_warm 100 $TP --model qwen3-0.6b
+  (export STRIXLM_ATTN_LOOKUP_AT_ENDS=1; run tp_atends_warm 100 $TP --model qwen3-0.6b)
+  for i in 1 2; do
+    run "tp_base$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_base$i.json"
+    (export STRIXLM_ATTN_LOOKUP_AT_ENDS=1; run "tp_atends$i" 100 $TP --model qwen3-0.6b \
+      --output-json "$OUT/tp_atends$i.json")
+  done
+  grep "strixlm  " "$OUT"/tp_*.log
 fi
 if has readpattern; then  # what in the paged access holds attention under the read ceiling
   run readpattern 240 python benchmarks/gpu/bench_read_pattern.py --json "$OUT/read_pattern.json"

@@ -86,6 +86,11 @@ PERSISTENT_MIN_ITEMS = float(os.environ.get("STRIXLM_ATTN_PERSISTENT_MIN", "1.25
 # came with the unified kernel's switch too (see paged_attention.DECODE_TILE).
 # STRIXLM_ATTN_PERSISTENT_STAGES sets the stages (both read at import, for A/B runs).
 BLOCKS_AHEAD = os.environ.get("STRIXLM_ATTN_BLOCKS_AHEAD", "1") == "1"
+# The dealt loop finds each tile's item by reductions over the program's item table, ~11 a
+# tile with the ids ahead, each a cross-warp step with a barrier (12 bar.sync a tile in the
+# sm90 PTX at tile 32). STRIXLM_ATTN_LOOKUP_AT_ENDS=1 (with BLOCKS_AHEAD) looks items up
+# only where one ends. Opt-in: not yet run on a GPU (read at import).
+LOOKUP_AT_ENDS = os.environ.get("STRIXLM_ATTN_LOOKUP_AT_ENDS", "0") == "1"
 PERSISTENT_STAGES = int(os.environ.get("STRIXLM_ATTN_PERSISTENT_STAGES", "3"))
 # From this many sequences per program up to PERSISTENT_MIN_ITEMS, two segments per
 # sequence (x1.02 at batch 48 and 64 in the same sweep; four or more segments lost 1-10%
@@ -167,6 +172,21 @@ if HAS_TRITON:
         bt_row_ptr = block_table_ptr + seq.to(tl.int64) * stride_bt
         return tile_blocks(bt_row_ptr, j, seq_len, offs_t, BLOCK_SIZE, TILE, True)
 
+    @triton.jit
+    def _item_fields(i, idx, seqs, lens, j_base, ends, q_lo, segs):
+        # Item i's sequence, length, tile base (its tile t is tile t - base of the
+        # sequence), end (one past its last t), query token and segment: zeros past the
+        # program's items.
+        sel = idx == i
+        return (
+            tl.sum(tl.where(sel, seqs, 0), axis=0),
+            tl.sum(tl.where(sel, lens, 0), axis=0),
+            tl.sum(tl.where(sel, j_base, 0), axis=0),
+            tl.sum(tl.where(sel, ends, 0), axis=0),
+            tl.sum(tl.where(sel, q_lo, 0), axis=0),
+            tl.sum(tl.where(sel, segs, 0), axis=0),
+        )
+
     @triton.jit(do_not_specialize=["num_seqs", "n_static"])
     def _paged_decode_persistent_kernel(
         out_ptr,
@@ -234,6 +254,7 @@ if HAS_TRITON:
         DYNAMIC: tl.constexpr,
         PDL: tl.constexpr,
         AHEAD: tl.constexpr = False,
+        AT_ENDS: tl.constexpr = False,
     ):
         p = tl.program_id(0)
         n_prog = tl.num_programs(0)
@@ -299,22 +320,61 @@ if HAS_TRITON:
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, DIM_P], dtype=tl.float32)
-        if AHEAD:  # tile 0's cache blocks (see below)
+        if AT_ENDS:
+            # The current item's fields and the next one's (the first with tiles after it),
+            # looked up again only where an item ends: each lookup is a few reductions across
+            # the program's warps, which the per-tile lookup below pays at every tile.
+            j_base = firsts - los
+            c_seq, c_len, c_jb, c_end, c_tok, c_seg = _item_fields(
+                tl.sum((ends <= 0).to(tl.int32), axis=0), idx, seqs, lens, j_base, ends, q_lo,
+                segs,
+            )  # fmt: skip
+            n_seq, n_len, n_jb, n_end, n_tok, n_seg = _item_fields(
+                tl.sum((ends <= c_end).to(tl.int32), axis=0), idx, seqs, lens, j_base, ends,
+                q_lo, segs,
+            )  # fmt: skip
+            blk_next = tile_blocks(
+                block_table_ptr + c_seq.to(tl.int64) * stride_bt, 0 - c_jb,
+                tl.where(total > 0, c_len, 0), offs_t, BLOCK_SIZE, TILE, True,
+            )  # fmt: skip
+        elif AHEAD:  # tile 0's cache blocks (see below)
             blk_next = _dealt_tile_blocks(
                 0, total, idx, ends, seqs, lens, firsts - los, block_table_ptr, stride_bt,
                 offs_t, BLOCK_SIZE, TILE,
             )  # fmt: skip
         for t in range(0, total):
-            # Which item and tile: everything below is a function of t.
-            sel = idx == tl.sum((ends <= t).to(tl.int32), axis=0)
-            seq = tl.sum(tl.where(sel, seqs, 0), axis=0)
-            seq_len = tl.sum(tl.where(sel, lens, 0), axis=0)
-            j = t - tl.sum(tl.where(sel, firsts - los, 0), axis=0)
-            last = t == tl.sum(tl.where(sel, ends, 0), axis=0) - 1
-            tok = tl.sum(tl.where(sel, q_lo, 0), axis=0).to(tl.int64)
+            if AT_ENDS:
+                if t == c_end:  # the next item starts: shift, and look up the one after it
+                    c_seq, c_len, c_jb, c_end = n_seq, n_len, n_jb, n_end
+                    c_tok, c_seg = n_tok, n_seg
+                    n_seq, n_len, n_jb, n_end, n_tok, n_seg = _item_fields(
+                        tl.sum((ends <= c_end).to(tl.int32), axis=0), idx, seqs, lens, j_base,
+                        ends, q_lo, segs,
+                    )  # fmt: skip
+                seq = c_seq
+                seq_len = c_len
+                j = t - c_jb
+                last = t == c_end - 1
+                tok = c_tok.to(tl.int64)
+            else:
+                # Which item and tile: everything below is a function of t.
+                sel = idx == tl.sum((ends <= t).to(tl.int32), axis=0)
+                seq = tl.sum(tl.where(sel, seqs, 0), axis=0)
+                seq_len = tl.sum(tl.where(sel, lens, 0), axis=0)
+                j = t - tl.sum(tl.where(sel, firsts - los, 0), axis=0)
+                last = t == tl.sum(tl.where(sel, ends, 0), axis=0) - 1
+                tok = tl.sum(tl.where(sel, q_lo, 0), axis=0).to(tl.int64)
             q = load_q_rows(q_ptr, tok, head, stride_qt, stride_qh, offs_d, io_mask, k_cache_ptr)
             q_abs = tl.zeros([BLOCK_M], dtype=tl.int32) + (seq_len - 1)
-            if AHEAD:
+            if AT_ENDS:  # the next tile: this item's next, or the next item's first
+                blk = blk_next
+                blk_next = tile_blocks(
+                    block_table_ptr + tl.where(last, n_seq, c_seq).to(tl.int64) * stride_bt,
+                    tl.where(last, t + 1 - n_jb, j + 1),
+                    tl.where(t + 1 < total, tl.where(last, n_len, c_len), 0), offs_t,
+                    BLOCK_SIZE, TILE, True,
+                )  # fmt: skip
+            elif AHEAD:
                 # The block ids come one tile ahead: tile t's K / V addresses then depend
                 # on no load of this iteration, and the pipeliner multi-buffers them.
                 blk = blk_next
@@ -332,7 +392,10 @@ if HAS_TRITON:
             )  # fmt: skip
             if last:
                 if NUM_SEGS > 1:  # a partial row for the merge, in the unified layout
-                    seg = tl.sum(tl.where(sel, segs, 0), axis=0)
+                    if AT_ENDS:
+                        seg = c_seg
+                    else:
+                        seg = tl.sum(tl.where(sel, segs, 0), axis=0)
                     row = (tok * NUM_Q_HEADS + head) * NUM_SEGS + seg
                     store_segment_partial(
                         segm_acc_ptr, segm_max_ptr, segm_sum_ptr, row, row_ok, True, acc, m_i,
@@ -515,6 +578,7 @@ def paged_decode_persistent(
         DYNAMIC=n_dyn > 0,
         PDL=pdl,
         AHEAD=BLOCKS_AHEAD,
+        AT_ENDS=BLOCKS_AHEAD and LOOKUP_AT_ENDS,
         num_warps=num_warps,
         num_stages=num_stages,
         launch_pdl=pdl,
