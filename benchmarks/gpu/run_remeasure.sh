@@ -181,6 +181,10 @@
 #           bar.sync a tile) at 4-8 programs per SM: bench_decode_timeline.py --workload per
 #           setting, check_attention with it on, then the workload on / off alternating after
 #           a warm-up of each (two pairs) (not yet run)
+#   persistmin  where the persistent grid stops splitting sequences in two, now that K / V are
+#           double-buffered (session 29 saw the unsplit grid at 3 programs an SM beat the split
+#           one at b71): bench_decode_timeline.py --workload at steps 700-850 (b98-b55) with
+#           STRIXLM_ATTN_PERSISTENT_MIN 1.25 (default) / 1.0 / 0.8 (not yet run)
 #   readpattern  the paged KV access pattern against a plain streaming read, one difference at
 #           a time: block order, one head's rows or whole blocks, K and V, pool size
 #           (bench_read_pattern.py; not yet run)
@@ -694,7 +698,7 @@ if has tailahead; then  # the tail's launches with the double-buffered K / V on 
   for v in 1:32 0:32 1:64 0:64; do
     a=${v%%:*} t=${v#*:}
     STRIXLM_ATTN_UNIFIED_AHEAD=$a STRIXLM_ATTN_DECODE_TILE=$t run "tail_a${a}_t$t" 120 \
-      python benchmarks/gpu/sweep_decode_attn.py --tail --budget-s 100 \
+      python benchmarks/gpu/sweep_decode_attn.py --tail --budget-s 60 \
       --json "$OUT/tail_a${a}_t$t.json"
   done
 fi
@@ -724,6 +728,13 @@ PY
       --output-json "$OUT/tp_atends$i.json")
   done
   grep "strixlm  " "$OUT"/tp_*.log
+fi
+if has persistmin; then  # the split / unsplit boundary of the persistent grid
+  for m in 1.25 1.0 0.8; do
+    STRIXLM_ATTN_PERSISTENT_MIN=$m run "persistmin_$m" 120 \
+      python benchmarks/gpu/bench_decode_timeline.py --workload 700 750 800 850 \
+      --variants deal:0.6 --json "$OUT/persistmin_$m.json"
+  done
 fi
 if has readpattern; then  # what in the paged access holds attention under the read ceiling
   run readpattern 240 python benchmarks/gpu/bench_read_pattern.py --json "$OUT/read_pattern.json"
