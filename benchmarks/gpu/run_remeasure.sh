@@ -174,7 +174,8 @@
 #           the unified kernel's STRIXLM_ATTN_UNIFIED_AHEAD=1)
 #   tailahead  where session 29's +0.5% came from: sweep_decode_attn.py --tail (the tail's
 #           shapes, the heuristic's pick and 1 / 2 / 4 / 8 segments) with the unified kernel's
-#           block ids ahead on / off at 32- and 64-token tiles (not yet run)
+#           block ids ahead on / off at 32- and 64-token tiles, and one-warp programs (no
+#           cross-warp softmax reductions) (not yet run)
 #   atends  the persistent kernel finding its items where one ends instead of at every tile
 #           (STRIXLM_ATTN_LOOKUP_AT_ENDS=1: 38% fewer PTX instructions a tile at tile 32),
 #           with 2 warps and with 1 warp (no cross-warp softmax reductions, which leave 11
@@ -695,11 +696,11 @@ PY
    run attn_check_ahead 200 python benchmarks/gpu/check_attention.py --quick)
 fi
 if has tailahead; then  # the tail's launches with the double-buffered K / V on and off
-  for v in 1:32 0:32 1:64 0:64; do
-    a=${v%%:*} t=${v#*:}
-    STRIXLM_ATTN_UNIFIED_AHEAD=$a STRIXLM_ATTN_DECODE_TILE=$t run "tail_a${a}_t$t" 120 \
-      python benchmarks/gpu/sweep_decode_attn.py --tail --budget-s 60 \
-      --json "$OUT/tail_a${a}_t$t.json"
+  for v in 1:32:2 0:32:2 1:64:2 0:64:2 1:32:1; do  # AHEAD:TILE:WARPS
+    IFS=: read -r a t w <<< "$v"
+    STRIXLM_ATTN_UNIFIED_AHEAD=$a STRIXLM_ATTN_DECODE_TILE=$t STRIXLM_ATTN_DECODE_WARPS=$w \
+      run "tail_a${a}_t${t}_w$w" 100 python benchmarks/gpu/sweep_decode_attn.py --tail \
+      --budget-s 60 --json "$OUT/tail_a${a}_t${t}_w$w.json"
   done
 fi
 if has atends; then  # item lookups at item ends; one-warp programs
