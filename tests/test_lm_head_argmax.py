@@ -141,7 +141,8 @@ def test_small_rows_walk_64_row_tma_tiles_when_greedy():
     assert picks[17] == picks[64] and picks[64].block_n == 128
     assert picks[65] == picks[128] and picks[128].block_n == 256
     assert all(c.programs_per_sm == 1 for c in picks.values())
-    assert picks[129] == dataclasses.replace(lha._TMA_TABLE[5][1], persistent=True)
+    above = next(c for up_to, c in lha._TMA_TABLE if up_to >= 129)  # the table's 129-row tile
+    assert picks[129] == dataclasses.replace(above, persistent=True)
     assert not lha.config_for_rows(64, tma=True, sample=True).persistent
     assert not any(lha.config_for_rows(m).persistent for m in (17, 64, 128))
 
