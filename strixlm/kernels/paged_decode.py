@@ -160,24 +160,11 @@ def persistent_segments(
 if HAS_TRITON:
 
     @triton.jit
-    def _dealt_tile_blocks(
-        t, total, idx, ends, seqs, lens, j_base, block_table_ptr, stride_bt, offs_t,
-        BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr,
-    ):  # fmt: skip
-        # The cache blocks of the program's dealt tile t (zeros from t = total on).
+    def _tile_item(t, idx, seqs, lens, j_base, ends, q_lo, segs):
+        # The item that holds the program's dealt tile t (the first whose end passes t): its
+        # sequence, length, tile base (its tile t is tile t - base of the sequence), end (one
+        # past its last t), query token and segment; zeros past the program's items.
         sel = idx == tl.sum((ends <= t).to(tl.int32), axis=0)
-        seq = tl.sum(tl.where(sel, seqs, 0), axis=0)
-        seq_len = tl.where(t < total, tl.sum(tl.where(sel, lens, 0), axis=0), 0)
-        j = t - tl.sum(tl.where(sel, j_base, 0), axis=0)
-        bt_row_ptr = block_table_ptr + seq.to(tl.int64) * stride_bt
-        return tile_blocks(bt_row_ptr, j, seq_len, offs_t, BLOCK_SIZE, TILE, True)
-
-    @triton.jit
-    def _item_fields(i, idx, seqs, lens, j_base, ends, q_lo, segs):
-        # Item i's sequence, length, tile base (its tile t is tile t - base of the
-        # sequence), end (one past its last t), query token and segment: zeros past the
-        # program's items.
-        sel = idx == i
         return (
             tl.sum(tl.where(sel, seqs, 0), axis=0),
             tl.sum(tl.where(sel, lens, 0), axis=0),
@@ -186,6 +173,18 @@ if HAS_TRITON:
             tl.sum(tl.where(sel, q_lo, 0), axis=0),
             tl.sum(tl.where(sel, segs, 0), axis=0),
         )
+
+    @triton.jit
+    def _dealt_tile_blocks(
+        t, total, idx, ends, seqs, lens, j_base, q_lo, segs, block_table_ptr, stride_bt,
+        offs_t, BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr,
+    ):  # fmt: skip
+        # The cache blocks of the program's dealt tile t (zeros from t = total on).
+        seq, seq_len, jb, _, _, _ = _tile_item(t, idx, seqs, lens, j_base, ends, q_lo, segs)
+        bt_row_ptr = block_table_ptr + seq.to(tl.int64) * stride_bt
+        return tile_blocks(
+            bt_row_ptr, t - jb, tl.where(t < total, seq_len, 0), offs_t, BLOCK_SIZE, TILE, True
+        )  # fmt: skip
 
     @triton.jit(do_not_specialize=["num_seqs", "n_static"])
     def _paged_decode_persistent_kernel(
@@ -325,13 +324,11 @@ if HAS_TRITON:
             # looked up again only where an item ends: each lookup is a few reductions across
             # the program's warps, which the per-tile lookup below pays at every tile.
             j_base = firsts - los
-            c_seq, c_len, c_jb, c_end, c_tok, c_seg = _item_fields(
-                tl.sum((ends <= 0).to(tl.int32), axis=0), idx, seqs, lens, j_base, ends, q_lo,
-                segs,
+            c_seq, c_len, c_jb, c_end, c_tok, c_seg = _tile_item(
+                0, idx, seqs, lens, j_base, ends, q_lo, segs
             )  # fmt: skip
-            n_seq, n_len, n_jb, n_end, n_tok, n_seg = _item_fields(
-                tl.sum((ends <= c_end).to(tl.int32), axis=0), idx, seqs, lens, j_base, ends,
-                q_lo, segs,
+            n_seq, n_len, n_jb, n_end, n_tok, n_seg = _tile_item(
+                c_end, idx, seqs, lens, j_base, ends, q_lo, segs
             )  # fmt: skip
             blk_next = tile_blocks(
                 block_table_ptr + c_seq.to(tl.int64) * stride_bt, 0 - c_jb,
@@ -339,17 +336,16 @@ if HAS_TRITON:
             )  # fmt: skip
         elif AHEAD:  # tile 0's cache blocks (see below)
             blk_next = _dealt_tile_blocks(
-                0, total, idx, ends, seqs, lens, firsts - los, block_table_ptr, stride_bt,
-                offs_t, BLOCK_SIZE, TILE,
+                0, total, idx, ends, seqs, lens, firsts - los, q_lo, segs, block_table_ptr,
+                stride_bt, offs_t, BLOCK_SIZE, TILE,
             )  # fmt: skip
         for t in range(0, total):
             if AT_ENDS:
                 if t == c_end:  # the next item starts: shift, and look up the one after it
                     c_seq, c_len, c_jb, c_end = n_seq, n_len, n_jb, n_end
                     c_tok, c_seg = n_tok, n_seg
-                    n_seq, n_len, n_jb, n_end, n_tok, n_seg = _item_fields(
-                        tl.sum((ends <= c_end).to(tl.int32), axis=0), idx, seqs, lens, j_base,
-                        ends, q_lo, segs,
+                    n_seq, n_len, n_jb, n_end, n_tok, n_seg = _tile_item(
+                        c_end, idx, seqs, lens, j_base, ends, q_lo, segs
                     )  # fmt: skip
                 seq = c_seq
                 seq_len = c_len
@@ -379,8 +375,8 @@ if HAS_TRITON:
                 # on no load of this iteration, and the pipeliner multi-buffers them.
                 blk = blk_next
                 blk_next = _dealt_tile_blocks(
-                    t + 1, total, idx, ends, seqs, lens, firsts - los, block_table_ptr,
-                    stride_bt, offs_t, BLOCK_SIZE, TILE,
+                    t + 1, total, idx, ends, seqs, lens, firsts - los, q_lo, segs,
+                    block_table_ptr, stride_bt, offs_t, BLOCK_SIZE, TILE,
                 )  # fmt: skip
             else:
                 bt_row_ptr = block_table_ptr + seq.to(tl.int64) * stride_bt
