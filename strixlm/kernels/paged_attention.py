@@ -249,6 +249,17 @@ if HAS_TRITON:
         return tl.load(bt_row_ptr + pos // BLOCK_SIZE).to(tl.int64)
 
     @triton.jit
+    def blocks_step(carried, bt_row_ptr, j, kv_end, offs_t, BLOCK_SIZE: tl.constexpr,
+                    TILE: tl.constexpr, MASKED: tl.constexpr, AHEAD: tl.constexpr):  # fmt: skip
+        # (tile j's block ids, what the loop carries to tile j + 1). AHEAD: carried holds
+        # tile j's ids and tile j + 1's are loaded now (masked: the lookahead may pass
+        # kv_end), so no K / V address waits on a load of its own iteration; else the ids
+        # are loaded here and carried passes through untouched.
+        if AHEAD:
+            return carried, tile_blocks(bt_row_ptr, j + 1, kv_end, offs_t, BLOCK_SIZE, TILE, True)
+        return tile_blocks(bt_row_ptr, j, kv_end, offs_t, BLOCK_SIZE, TILE, MASKED), carried
+
+    @triton.jit
     def attn_step_blocks(
         acc,
         m_i,
@@ -465,25 +476,24 @@ if HAS_TRITON:
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, DIM_P], dtype=tl.float32)
-        if AHEAD:  # block ids a tile ahead (masked: the lookahead may pass kv_end)
-            blk_next = tile_blocks(bt_row_ptr, lo, kv_end, offs_t, BLOCK_SIZE, TILE, True)
+        # With AHEAD the loops carry the next tile's block ids (blocks_step); else a
+        # placeholder that blocks_step passes through.
+        blk_next = (
+            tile_blocks(bt_row_ptr, lo, kv_end, offs_t, BLOCK_SIZE, TILE, True) if AHEAD else lo
+        )
         for j in range(lo, mid):
-            if AHEAD:
-                blk = blk_next
-                blk_next = tile_blocks(bt_row_ptr, j + 1, kv_end, offs_t, BLOCK_SIZE, TILE, True)
-            else:
-                blk = tile_blocks(bt_row_ptr, j, kv_end, offs_t, BLOCK_SIZE, TILE, False)
+            blk, blk_next = blocks_step(
+                blk_next, bt_row_ptr, j, kv_end, offs_t, BLOCK_SIZE, TILE, False, AHEAD
+            )  # fmt: skip
             acc, m_i, l_i = attn_step_blocks(
                 acc, m_i, l_i, q, j, kv_end, q_abs, blk, k_cache_ptr, v_cache_ptr,
                 head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d,
                 HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, False, IEEE, K_ROWS, FP8_PAIRS,
             )  # fmt: skip
         for j in range(mid, hi):
-            if AHEAD:
-                blk = blk_next
-                blk_next = tile_blocks(bt_row_ptr, j + 1, kv_end, offs_t, BLOCK_SIZE, TILE, True)
-            else:
-                blk = tile_blocks(bt_row_ptr, j, kv_end, offs_t, BLOCK_SIZE, TILE, True)
+            blk, blk_next = blocks_step(
+                blk_next, bt_row_ptr, j, kv_end, offs_t, BLOCK_SIZE, TILE, True, AHEAD
+            )  # fmt: skip
             acc, m_i, l_i = attn_step_blocks(
                 acc, m_i, l_i, q, j, kv_end, q_abs, blk, k_cache_ptr, v_cache_ptr,
                 head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d,

@@ -52,6 +52,7 @@ if HAS_TRITON:
 
     from strixlm.kernels.paged_attention import (
         attn_step_blocks,
+        blocks_step,
         load_q_rows,
         store_out_rows,
         store_segment_partial,
@@ -431,18 +432,15 @@ if HAS_TRITON:
                 seg_tiles = tl.cdiv(seq_tiles, NUM_SEGS)
                 j_lo = (i % NUM_SEGS) * seg_tiles
                 j_hi = tl.minimum(j_lo + seg_tiles, seq_tiles)
-                if AHEAD:
-                    blk_next = tile_blocks(
-                        bt_row_ptr, j_lo, seq_len, offs_t, BLOCK_SIZE, TILE, True
-                    )  # fmt: skip
+                blk_next = (
+                    tile_blocks(bt_row_ptr, j_lo, seq_len, offs_t, BLOCK_SIZE, TILE, True)
+                    if AHEAD
+                    else j_lo
+                )
                 for j in range(j_lo, j_hi):
-                    if AHEAD:
-                        blk = blk_next
-                        blk_next = tile_blocks(
-                            bt_row_ptr, j + 1, seq_len, offs_t, BLOCK_SIZE, TILE, True
-                        )  # fmt: skip
-                    else:
-                        blk = tile_blocks(bt_row_ptr, j, seq_len, offs_t, BLOCK_SIZE, TILE, True)
+                    blk, blk_next = blocks_step(
+                        blk_next, bt_row_ptr, j, seq_len, offs_t, BLOCK_SIZE, TILE, True, AHEAD
+                    )  # fmt: skip
                     acc, m_i, l_i = attn_step_blocks(
                         acc, m_i, l_i, q, j, seq_len, q_abs, blk, k_cache_ptr, v_cache_ptr,
                         head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d,
