@@ -89,9 +89,11 @@ PERSISTENT_MIN_ITEMS = float(os.environ.get("STRIXLM_ATTN_PERSISTENT_MIN", "1.25
 BLOCKS_AHEAD = os.environ.get("STRIXLM_ATTN_BLOCKS_AHEAD", "1") == "1"
 # The dealt loop finds each tile's item by reductions over the program's item table, ~11 a
 # tile with the ids ahead, each a cross-warp step with a barrier (12 bar.sync a tile in the
-# sm90 PTX at tile 32). STRIXLM_ATTN_LOOKUP_AT_ENDS=1 (with BLOCKS_AHEAD) looks items up
-# only where one ends. Opt-in: not yet run on a GPU (read at import).
-LOOKUP_AT_ENDS = os.environ.get("STRIXLM_ATTN_LOOKUP_AT_ENDS", "0") == "1"
+# sm90 PTX at tile 32). With BLOCKS_AHEAD, items are looked up only where one ends: H200
+# (2026-12-03, session 30) 896.6 vs 909.9 us over six workload batches, and the workload
+# +0.15% / +0.20% in two alternating pairs. STRIXLM_ATTN_LOOKUP_AT_ENDS=0 restores the
+# per-tile lookup (read at import, for A/B runs).
+LOOKUP_AT_ENDS = os.environ.get("STRIXLM_ATTN_LOOKUP_AT_ENDS", "1") == "1"
 PERSISTENT_STAGES = int(os.environ.get("STRIXLM_ATTN_PERSISTENT_STAGES", "3"))
 # From this many sequences per program up to PERSISTENT_MIN_ITEMS, two segments per
 # sequence (x1.02 at batch 48 and 64 in the same sweep; four or more segments lost 1-10%
