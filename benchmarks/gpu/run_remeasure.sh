@@ -181,14 +181,16 @@
 #           with 2 warps and with 1 warp (no cross-warp softmax reductions, which leave 11
 #           bar.sync a tile) at 4-8 programs per SM: bench_decode_timeline.py --workload per
 #           setting, check_attention with it on, then the workload on / off alternating after
-#           a warm-up of each (two pairs) (not yet run)
+#           a warm-up of each (two pairs) (session 30: -1.5% per launch with 2 warps, +0.2% on
+#           the workload; 1 warp slower; now the default, so this A/B's "on" is the default)
 #   persistmin  where the persistent grid stops splitting sequences in two, now that K / V are
 #           double-buffered (session 29 saw the unsplit grid at 3 programs an SM beat the split
 #           one at b71): bench_decode_timeline.py --workload at steps 700-850 (b98-b55) with
 #           STRIXLM_ATTN_PERSISTENT_MIN 1.25 (default) / 1.0 / 0.8 (not yet run)
 #   readpattern  the paged KV access pattern against a plain streaming read, one difference at
 #           a time: block order, one head's rows or whole blocks, K and V, pool size
-#           (bench_read_pattern.py; not yet run)
+#           (bench_read_pattern.py; session 30: 4.32-4.39 TB/s attention-like, 4.44-4.51 whole
+#           blocks, pool size no effect)
 #   aheadab the workload with AHEAD_ENV="VAR=VALUE ..." against the default, alternating after
 #           a warm-up of each (two pairs)
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
