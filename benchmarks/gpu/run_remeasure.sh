@@ -193,6 +193,10 @@
 #           blocks, pool size no effect)
 #   aheadab the workload with AHEAD_ENV="VAR=VALUE ..." against the default, alternating after
 #           a warm-up of each (two pairs)
+#   split29ab  the unified kernel's split target at 2.9 programs an SM against 2 (the
+#           default): session 30's tail sweep put 2.9's pick best at every tail shape (b33-b39
+#           x1.11 a launch), one workload pair did not show it; a warm-up of each, then four
+#           alternating pairs (STRIXLM_ATTN_SPLIT_CTAS)
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
@@ -751,6 +755,16 @@ if has aheadab; then  # the workload: $AHEAD_ENV (VAR=VALUE ...) against the def
       --output-json "$OUT/tp_ahead$i.json")
   done
   grep "strixlm  " "$OUT"/tp_*.log
+fi
+if has split29ab; then  # the unified kernel's split target, 2.9 vs 2 programs an SM
+  for c in 2 2.9; do STRIXLM_ATTN_SPLIT_CTAS=$c run "tp_c${c}_warm" 100 $TP --model qwen3-0.6b; done
+  for r in 1 2 3 4; do
+    for c in 2 2.9; do
+      STRIXLM_ATTN_SPLIT_CTAS=$c run "tp_c${c}_$r" 100 $TP --model qwen3-0.6b \
+        --output-json "$OUT/tp_c${c}_$r.json"
+    done
+  done
+  grep "strixlm  " "$OUT"/tp_c*.log
 fi
 if has closing; then
   run e2e 240 python benchmarks/gpu/check_e2e.py

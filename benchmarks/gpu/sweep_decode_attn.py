@@ -168,7 +168,7 @@ TAIL_SHAPES = [
 # (split CTAs per SM, persistent split from this many sequences per program): the
 # heuristic's knobs (paged_attention.SPLIT_TARGET_CTAS_PER_SM, paged_decode.
 # PERSISTENT_SPLIT_MIN_ITEMS); the first pair is the default.
-TAIL_KNOBS = [(2, 0.6), (3, 0.6), (4, 0.6), (6, 0.6), (4, 0.9), (4, 1.25)]
+TAIL_KNOBS = [(2, 0.6), (2.9, 0.6), (3, 0.6), (4, 0.6), (6, 0.6), (4, 0.9), (4, 1.25)]
 
 
 def tail_knobs(name, q, cache, md, ctxs, order, kv_bytes) -> dict:

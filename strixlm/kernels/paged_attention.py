@@ -49,8 +49,16 @@ LOG2E = 1.4426950408889634
 # Split heuristic knobs (see choose_num_splits); tuned on the H200 by
 # benchmarks/gpu/check_attention.py --sweep.
 SPLIT_MAX_QUERY_LEN = 8  # decode and short speculative verification
-# STRIXLM_ATTN_SPLIT_CTAS (read at import) for A/B runs of the small-batch tail.
-SPLIT_TARGET_CTAS_PER_SM = int(os.environ.get("STRIXLM_ATTN_SPLIT_CTAS", "2"))
+# Split until the decode programs fill SPLIT_TARGET_CTAS_PER_SM an SM. H200, the workload's
+# tail shapes (sweep_decode_attn.py --tail, session 30), us a launch by segments a sequence:
+#   b39: 1 seg 75.3, 2 segs 67.4 | b33: 67.2, 60.7 | b26: 2 segs 50.8, 4 57.9
+#   b20: 2 segs 45.8, 4 44.0 | b12: 4 segs 29.5, 8 31.0 | b6: 8 segs 18.0, 16 17.9
+# Per launch the best pick sits at 2.9-5 programs an SM, which a target of 2.9 gives at
+# every shape above; 2 keeps b27-b47 unsplit. On the workload 2.9 has not shown it: one
+# alternating pair ran 27,615.7 vs 27,674.6 / 27,654.1 at 2 (session 30), inside the spread
+# of same-code runs; 3 ran +0.15% in session 29. Until a longer A/B settles it, the measured
+# 2 stays. STRIXLM_ATTN_SPLIT_CTAS (read at import; a float) for A/B runs.
+SPLIT_TARGET_CTAS_PER_SM = float(os.environ.get("STRIXLM_ATTN_SPLIT_CTAS", "2"))
 SPLIT_MIN_TOKENS_PER_SEG = 128
 SPLIT_MAX_SEGS = 64
 # Benchmark knobs for A/B runs of the decode config. 64-token tiles with 2 warps and 3 stages
@@ -116,7 +124,7 @@ def choose_num_splits(
     if DECODE_SPLITS > 0:
         return DECODE_SPLITS
     base = max(1, num_seqs * num_kv_heads)
-    target = sms * SPLIT_TARGET_CTAS_PER_SM
+    target = max(1, int(sms * SPLIT_TARGET_CTAS_PER_SM))
     if base >= target:
         return 1
     by_len = max(1, max_seq_len // max(tile, SPLIT_MIN_TOKENS_PER_SEG))
