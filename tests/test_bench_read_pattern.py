@@ -20,20 +20,23 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
 @pytest.mark.parametrize(
-    ("whole", "kv", "random", "tile"),
-    [(True, False, False, 16), (True, True, True, 16), (False, False, True, 64),
-     (False, True, True, 32), (False, True, False, 32)],
+    ("group", "kv", "random", "tile", "head_fast"),
+    [(bench.HEADS, False, False, 16, False), (bench.HEADS, True, True, 16, False),
+     (1, False, True, 64, False), (1, True, True, 32, False), (1, True, False, 32, True),
+     (2, False, True, 32, True), (4, True, True, 16, False)],
 )  # fmt: skip
-def test_read_blocks_sums_what_the_pattern_names(whole, kv, random, tile):
-    g = torch.Generator().manual_seed(tile + whole + kv)
+def test_read_blocks_sums_what_the_pattern_names(group, kv, random, tile, head_fast):
+    g = torch.Generator().manual_seed(tile + group + kv)
     pool_blocks, programs = 24, 3
     pool = torch.randn((2, pool_blocks, bench.BS, bench.HEADS, bench.D), generator=g)
     per_prog = 2 * (tile // bench.BS)  # two tiles a program
     ids = bench.block_ids(pool_blocks, programs * per_prog, random, tile, seed=1)
     assert ids.numel() == programs * per_prog + tile // bench.BS
-    got = bench.read_blocks(pool, ids, programs, whole=whole, kv=kv, tile=tile, warps=4)
-    ref = bench.read_blocks_ref(pool, ids, programs, whole=whole, kv=kv, tile=tile)
-    assert got.shape == (programs, 1 if whole else bench.HEADS)
+    got = bench.read_blocks(
+        pool, ids, programs, group=group, kv=kv, tile=tile, warps=4, head_fast=head_fast
+    )
+    ref = bench.read_blocks_ref(pool, ids, programs, group=group, kv=kv, tile=tile)
+    assert got.shape == (programs, bench.HEADS // group)
     torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-3)
 
 
@@ -42,16 +45,18 @@ import sys
 sys.path.insert(0, "benchmarks/gpu")
 import bench_read_pattern as bench
 
-for whole, kv, tile, warps in ((True, False, 16, 8), (False, True, 32, 2), (False, False, 64, 2)):
+shapes = ((8, False, 16, 8), (1, True, 32, 2), (1, False, 64, 2), (2, True, 16, 4))
+for group, kv, tile, warps in shapes:
     sig = dict(pool_ptr="*bf16", ids_ptr="*i32", out_ptr="*fp32", tiles_per_prog="i32",
                half_stride="i32")
-    c = dict(WHOLE=whole, KV=kv, TILE=tile, BS=bench.BS, HEADS=bench.HEADS, D=bench.D)
+    c = dict(GROUP=group, HEAD_FAST=False, KV=kv, TILE=tile, BS=bench.BS, HEADS=bench.HEADS,
+             D=bench.D)
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(5)}
     src = ASTSource(bench._read_blocks_kernel, {**sig, **{k: "constexpr" for k in c}}, c, attrs)
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                        options=dict(num_warps=warps, num_stages=3))
     # The ids a tile ahead let the pipeliner copy the tiles asynchronously.
-    assert "cp.async" in k.asm["ptx"], (whole, kv, tile)
+    assert "cp.async" in k.asm["ptx"], (group, kv, tile)
 print("compiled")
 """
 

@@ -1,6 +1,6 @@
 """Which part of the paged KV access keeps decode attention under the streaming-read rate?
 
-python benchmarks/gpu/bench_read_pattern.py [--json PATH] [--pool-gib 2 64] [--read-gib 1]
+python benchmarks/gpu/bench_read_pattern.py [--json PATH] [--pool-gib 64] [--read-gib 1]
 
 bench_read_bw.py streams 4 GiB front to back at 4.57-4.60 TB/s (H200, session 29); decode
 attention reads the standard workload's KV at 4.0-4.3 TB/s, with K / V double-buffered.
@@ -9,11 +9,16 @@ Between the two, the attention reads one kv head's 256-byte rows (stride: a toke
 GB, found through a block table. This reads bytes in those patterns, one difference at a
 time, with a sum in place of the attention math:
 - order: the blocks in pool order, or a random draw from the pool;
-- span: whole blocks (one program reads all heads), or one head's rows (a grid of programs
-  per kv head, side by side, as the attention's grid runs);
+- span: one head's rows (a grid of programs per kv head, as the attention's grid runs),
+  two or four adjacent heads' rows (512 B / 1 KB runs), or whole blocks (all heads);
+- launch order: the heads' programs numbered head by head, or side by side (programs next
+  to each other read the same blocks' other heads);
 - kv: one pool half (K) or both (K and V, as attention reads them);
 - pool: the draw from a small pool or a large one (address-translation reach).
-Each kernel is a persistent grid (programs per SM x SMs, per head); program p walks its
+Session 30 (H200, 1 GiB a launch): whole blocks 4.42-4.51 TB/s, one head's rows 4.27-4.38,
+attention-like 4.32-4.39; a 2 or 64 GiB pool read the same. The head groups and the launch
+order were added after that run.
+Each kernel is a persistent grid (programs per SM x SMs in all); program p walks its
 share of the block list a tile at a time, its block ids loaded a tile ahead (as the engine's
 kernels do) so Triton can multi-buffer the tile loads. Times are CUDA-graph replays.
 """
@@ -42,24 +47,30 @@ def _read_blocks_kernel(
     out_ptr,
     tiles_per_prog,
     half_stride,
-    WHOLE: tl.constexpr,
+    GROUP: tl.constexpr,
+    HEAD_FAST: tl.constexpr,
     KV: tl.constexpr,
     TILE: tl.constexpr,
     BS: tl.constexpr,
     HEADS: tl.constexpr,
     D: tl.constexpr,
 ):
-    # Program (p, h) reads tiles_per_prog tiles of TILE tokens (TILE // 16 blocks each) from
-    # its share of ids: all heads of each token (WHOLE) or head h's 256-byte rows.
-    p = tl.program_id(0)
-    h = tl.program_id(1)
-    offs_t = tl.arange(0, TILE)
-    if WHOLE:
-        cols = tl.arange(0, HEADS * D)
-        acc = tl.zeros([16, HEADS * D], dtype=tl.float32)
+    # Program (p, g) reads tiles_per_prog tiles of TILE tokens (TILE // 16 blocks each) from
+    # its share of ids: the rows of heads g * GROUP .. g * GROUP + GROUP - 1 of each token
+    # (GROUP = HEADS: whole blocks). HEAD_FAST numbers the programs with g varying fastest,
+    # so programs launched side by side read the same blocks' other heads.
+    groups: tl.constexpr = HEADS // GROUP
+    pid = tl.program_id(0)
+    if HEAD_FAST:
+        p = pid // groups
+        g = pid % groups
     else:
-        cols = h * D + tl.arange(0, D)
-        acc = tl.zeros([16, D], dtype=tl.float32)
+        programs = tl.num_programs(0) // groups
+        p = pid % programs
+        g = pid // programs
+    offs_t = tl.arange(0, TILE)
+    cols = g * GROUP * D + tl.arange(0, GROUP * D)
+    acc = tl.zeros([16, GROUP * D], dtype=tl.float32)
     # The tiles feed a dot (as attention's V tiles do), so they go through shared memory
     # and Triton copies them there asynchronously, stages ahead; a plain sum would keep
     # them in registers, one tile in flight.
@@ -76,7 +87,7 @@ def _read_blocks_kernel(
         if KV:
             acc = tl.dot(ones, tl.load(ptrs + half_stride), acc)
     # Every row of acc holds the column sums: their total / 16 is the sum read (exact).
-    tl.store(out_ptr + p * tl.num_programs(1) + h, tl.sum(tl.sum(acc, axis=1), axis=0) / 16)
+    tl.store(out_ptr + p * groups + g, tl.sum(tl.sum(acc, axis=1), axis=0) / 16)
 
 
 def read_blocks(
@@ -84,29 +95,30 @@ def read_blocks(
     ids: torch.Tensor,
     programs: int,
     *,
-    whole: bool,
+    group: int,
     kv: bool,
     tile: int,
     warps: int,
+    head_fast: bool = False,
     stages: int = 3,
 ) -> torch.Tensor:
-    """Per program (and head) sums of the blocks ids names, read as the pattern says.
+    """Per program and head group sums of the blocks ids names, read as the pattern says.
 
     pool: [2, num_blocks, BS, HEADS, D] (K then V); ids: int32 [programs * tiles * tile // BS
-    + tile // BS] (a spare tile of ids at the end); each program reads a contiguous share.
-    Returns [programs, 1 or HEADS] float32."""
+    + tile // BS] (a spare tile of ids at the end); each program reads a contiguous share of
+    group heads' rows (HEADS: whole blocks). Returns [programs, HEADS // group] float32."""
     per_tile = tile // BS
     tiles = (ids.numel() - per_tile) // (programs * per_tile)
-    heads = 1 if whole else HEADS
-    out = torch.empty((programs, heads), dtype=torch.float32, device=pool.device)
-    _read_blocks_kernel[(programs, heads)](
-        pool, ids, out, tiles, pool.stride(0), WHOLE=whole, KV=kv, TILE=tile, BS=BS,
-        HEADS=HEADS, D=D, num_warps=warps, num_stages=stages,
+    groups = HEADS // group
+    out = torch.empty((programs, groups), dtype=torch.float32, device=pool.device)
+    _read_blocks_kernel[(programs * groups,)](
+        pool, ids, out, tiles, pool.stride(0), GROUP=group, HEAD_FAST=head_fast, KV=kv,
+        TILE=tile, BS=BS, HEADS=HEADS, D=D, num_warps=warps, num_stages=stages,
     )  # fmt: skip
     return out
 
 
-def read_blocks_ref(pool: torch.Tensor, ids: torch.Tensor, programs: int, *, whole: bool,
+def read_blocks_ref(pool: torch.Tensor, ids: torch.Tensor, programs: int, *, group: int,
                     kv: bool, tile: int) -> torch.Tensor:  # fmt: skip
     """read_blocks in torch."""
     per_tile = tile // BS
@@ -114,7 +126,7 @@ def read_blocks_ref(pool: torch.Tensor, ids: torch.Tensor, programs: int, *, who
     used = ids[: programs * tiles * per_tile].long().view(programs, tiles * per_tile)
     halves = (pool[0], pool[1]) if kv else (pool[0],)
     sums = sum(half[used].float().sum(dim=(1, 2)) for half in halves)  # [programs, HEADS, D]
-    return sums.sum(dim=(1, 2))[:, None] if whole else sums.sum(dim=2)
+    return sums.sum(dim=2).view(programs, HEADS // group, group).sum(dim=2)
 
 
 @dataclass
@@ -143,43 +155,53 @@ def main() -> int:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
-    ap.add_argument("--pool-gib", type=float, nargs="+", default=[2.0, 64.0])
+    ap.add_argument("--pool-gib", type=float, nargs="+", default=[64.0])
     ap.add_argument("--read-gib", type=float, default=1.0, help="bytes read per launch")
     args = ap.parse_args()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows: list[Row] = []
-    patterns = [  # name, whole, kv, random, tile
-        ("whole blocks, pool order", True, False, False, 16),
-        ("whole blocks, random", True, False, True, 16),
-        ("one head's rows, pool order", False, False, False, 64),
-        ("one head's rows, random", False, False, True, 64),
-        ("one head's rows, K and V, random (attention-like)", False, True, True, 32),
+    # name, heads a program, K and V, random draw, tile tokens, heads numbered fastest
+    patterns = [
+        ("whole blocks, pool order", HEADS, False, False, 16, False),
+        ("whole blocks, random", HEADS, False, True, 16, False),
+        ("one head's rows, pool order", 1, False, False, 64, False),
+        ("one head's rows, random", 1, False, True, 64, False),
+        ("one head's rows, random, heads side by side", 1, False, True, 64, True),
+        ("two heads' rows, random", 2, False, True, 32, False),
+        ("four heads' rows, random", 4, False, True, 16, False),
+        ("one head's rows, K and V, random (attention-like)", 1, True, True, 32, False),
+        ("one head's rows, K and V, random, heads side by side", 1, True, True, 32, True),
+        ("two heads' rows, K and V, random", 2, True, True, 16, False),
     ]
+    # (programs an SM, warps) per heads a program: whole blocks take 64 KB of shared memory
+    # a program (two 32 KB buffers) and a [16, 1024] fp32 accumulator (4+ warps).
+    shapes = {1: ((4, 2), (6, 2), (4, 8)), 2: ((2, 4), (4, 4)), 4: ((2, 4), (4, 4)),
+              HEADS: ((2, 8), (3, 4))}  # fmt: skip
     for pool_gib in args.pool_gib:
         pool_blocks = int(pool_gib * 2**30) // (2 * BLOCK_BYTES)
         pool = torch.ones((2, pool_blocks, BS, HEADS, D), dtype=torch.bfloat16, device="cuda")
-        for name, whole, kv, random, tile in patterns:
-            # Bytes read: whole blocks read all of each block, head rows 1/8 per program
-            # but every head's programs read the block list.
+        for name, group, kv, random, tile, head_fast in patterns:
+            # Bytes read: every head group's programs read the whole block list.
             n_blocks = int(args.read_gib * 2**30) // (BLOCK_BYTES * (2 if kv else 1))
-            # Resident at once: whole blocks take 64 KB of shared memory a program (two 32 KB
-            # buffers) and a [16, 1024] fp32 accumulator (4+ warps); head rows 32 KB.
-            for per_sm, warps in ((2, 8), (3, 4)) if whole else ((4, 2), (6, 2), (4, 8)):
-                heads = 1 if whole else HEADS
-                programs = max(1, sms * per_sm // heads)
+            for per_sm, warps in shapes[group]:
+                programs = max(1, sms * per_sm * group // HEADS)
                 per_prog = max(1, n_blocks // programs // (tile // BS)) * (tile // BS)
                 ids = block_ids(pool_blocks, programs * per_prog, random, tile).cuda()
                 read = programs * per_prog * BLOCK_BYTES * (2 if kv else 1)
-                us = graph_time_us(
-                    functools.partial(
-                        read_blocks, pool, ids, programs, whole=whole, kv=kv, tile=tile,
-                        warps=warps,
-                    )
+                call = functools.partial(
+                    read_blocks, pool, ids, programs, group=group, kv=kv, tile=tile,
+                    warps=warps, head_fast=head_fast,
                 )  # fmt: skip
+                try:
+                    us = graph_time_us(call)
+                except Exception as e:  # e.g. out of shared memory at this shape
+                    print(f"pool {pool_gib:5.1f} GiB  {name:54s} {per_sm}/SM x {warps} "
+                          f"warps: skipped ({type(e).__name__})")  # fmt: skip
+                    continue
                 row = Row(name, pool_gib, per_sm, warps, us, read / us / 1e6)
                 rows.append(row)
                 print(
-                    f"pool {pool_gib:5.1f} GiB  {name:52s} {per_sm}/SM x {warps} warps: "
+                    f"pool {pool_gib:5.1f} GiB  {name:54s} {per_sm}/SM x {warps} warps: "
                     f"{us:8.1f} us, {row.tb_s:.2f} TB/s"
                 )
         del pool
