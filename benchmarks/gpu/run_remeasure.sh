@@ -175,7 +175,8 @@
 #   tailahead  where session 29's +0.5% came from: sweep_decode_attn.py --tail (the tail's
 #           shapes, the heuristic's pick and 1 / 2 / 4 / 8 segments) with the unified kernel's
 #           block ids ahead on / off at 32- and 64-token tiles, and one-warp programs (no
-#           cross-warp softmax reductions) (not yet run)
+#           cross-warp softmax reductions) (session 30 ran 1:32:2 and 0:32:2: the unified
+#           kernel below 40 sequences is 11-28% faster a launch with the ids ahead)
 #   atends  the persistent kernel finding its items where one ends instead of at every tile
 #           (STRIXLM_ATTN_LOOKUP_AT_ENDS=1: 38% fewer PTX instructions a tile at tile 32),
 #           with 2 warps and with 1 warp (no cross-warp softmax reductions, which leave 11
@@ -186,11 +187,13 @@
 #   persistmin  where the persistent grid stops splitting sequences in two, now that K / V are
 #           double-buffered (session 29 saw the unsplit grid at 3 programs an SM beat the split
 #           one at b71): bench_decode_timeline.py --workload at steps 700-850 (b98-b55) with
-#           STRIXLM_ATTN_PERSISTENT_MIN 1.25 (default) / 1.0 / 0.8 (not yet run)
+#           STRIXLM_ATTN_PERSISTENT_MIN 1.25 (default) / 1.0 / 0.8 (session 30: unsplit wins
+#           at b71, loses at b55; 1.05 on the workload even with 1.25, which stays)
 #   readpattern  the paged KV access pattern against a plain streaming read, one difference at
 #           a time: block order, one head's rows or whole blocks, K and V, pool size
 #           (bench_read_pattern.py; session 30: 4.32-4.39 TB/s attention-like, 4.44-4.51 whole
-#           blocks, pool size no effect)
+#           blocks, pool size no effect). Since then it also reads two / four heads' rows a
+#           program and launches the heads side by side (64 GiB pool only; not yet run)
 #   aheadab the workload with AHEAD_ENV="VAR=VALUE ..." against the default, alternating after
 #           a warm-up of each (two pairs)
 #   split29ab  the unified kernel's split target at 2.9 programs an SM against 2 (the
