@@ -25,21 +25,11 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.mark.parametrize("nb", [1, 2, 4])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_head_fused_decode_matches_reference(nb, dtype):
-    g = torch.Generator().manual_seed(nb)
     bs, hkv, d, hq = 4, 2, 32, 4
     ctxs = [5, 17, 8, 1, 12]  # partial and full last blocks, a one-token context
-    nblk = [-(-c // bs) for c in ctxs]
-    num_blocks = sum(nblk) + 2
-    perm = torch.randperm(num_blocks, generator=g).to(torch.int32)
-    bt = torch.zeros((len(ctxs), max(nblk) + 2), dtype=torch.int32)
-    off = 0
-    for i, n in enumerate(nblk):
-        bt[i, :n] = perm[off : off + n]
-        off += n
-    cache = torch.randn(2, num_blocks, bs, hkv, d, generator=g).to(dtype)
-    q = torch.randn(len(ctxs), hq, d, generator=g).to(dtype)
-    lens = torch.tensor(ctxs, dtype=torch.int32)
-    order = torch.argsort(lens, descending=True, stable=True).to(torch.int32)
+    q, cache, lens, bt, order = bench.make_case(
+        ctxs, bs, seed=nb, device="cpu", hq=hq, hkv=hkv, d=d, dtype=dtype
+    )
     ref = paged_attention_ref(q, cache, [1] * len(ctxs), ctxs, bt, d**-0.5)
     tol = 1e-5 if dtype == torch.float32 else 3e-3
     for per_sm in (1, 2):  # several sequences per program, then fewer

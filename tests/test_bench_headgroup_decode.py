@@ -24,20 +24,9 @@ HQ, HKV, D, BS = 16, 8, 32, 16
 
 
 def _case(ctxs: list[int], seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    nblk = [-(-c // BS) for c in ctxs]
-    num_blocks = sum(nblk) + 3
-    perm = torch.randperm(num_blocks, generator=g).to(torch.int32)
-    bt = torch.zeros((len(ctxs), max(nblk) + 1), dtype=torch.int32)
-    off = 0
-    for i, n in enumerate(nblk):
-        bt[i, :n] = perm[off : off + n]
-        off += n
-    cache = torch.randn((2, num_blocks, BS, HKV, D), generator=g)
-    q = torch.randn((len(ctxs), HQ, D), generator=g)
-    seq_lens = torch.tensor(ctxs, dtype=torch.int32)
-    order = torch.argsort(seq_lens, descending=True, stable=True).to(torch.int32)
-    return q, cache, seq_lens, bt, order
+    from bench_headfused_decode import make_case
+
+    return make_case(ctxs, BS, seed, device="cpu", hq=HQ, hkv=HKV, d=D, dtype=torch.float32)
 
 
 @pytest.mark.parametrize("group", [1, 2, 4, 8])

@@ -52,6 +52,23 @@ LAUNCHES = 28
 
 
 @triton.jit
+def _snake_deal(order_ptr, seq_lens_ptr, num_seqs, TOKENS: tl.constexpr,
+                MAX_ITEMS: tl.constexpr):  # fmt: skip
+    # Program p's sequences, dealt in a snake over the longest-first order, and their tile
+    # ranges [firsts, ends) in the program's walk of TOKENS-token tiles (empty past the last).
+    p = tl.program_id(0)
+    n_prog = tl.num_programs(0)
+    idx = tl.arange(0, MAX_ITEMS)
+    rank = idx * n_prog + tl.where(idx % 2 == 0, p, n_prog - 1 - p)
+    item_ok = rank < num_seqs
+    seqs = tl.load(order_ptr + rank, mask=item_ok, other=0)
+    lens = tl.load(seq_lens_ptr + seqs, mask=item_ok, other=0)
+    tiles = tl.cdiv(lens, TOKENS)
+    ends = tl.cumsum(tiles, axis=0)
+    return idx, seqs, lens, ends, ends - tiles, tl.sum(tiles, axis=0)
+
+
+@triton.jit
 def _headfused_decode_kernel(
     out_ptr,
     q_ptr,
@@ -73,20 +90,12 @@ def _headfused_decode_kernel(
     NB: tl.constexpr,
     MAX_ITEMS: tl.constexpr,
 ):
-    p = tl.program_id(0)
-    n_prog = tl.num_programs(0)
-    idx = tl.arange(0, MAX_ITEMS)
-    rank = idx * n_prog + tl.where(idx % 2 == 0, p, n_prog - 1 - p)
-    item_ok = rank < num_seqs
-    seqs = tl.load(order_ptr + rank, mask=item_ok, other=0)
-    lens = tl.load(seq_lens_ptr + seqs, mask=item_ok, other=0)
     TOKENS: tl.constexpr = NB * BLOCK_SIZE  # per iteration
     ROWS: tl.constexpr = TOKENS * NUM_KV_HEADS
     G: tl.constexpr = NUM_Q_HEADS // NUM_KV_HEADS
-    tiles = tl.cdiv(lens, TOKENS)
-    ends = tl.cumsum(tiles, axis=0)
-    firsts = ends - tiles
-    total = tl.sum(tiles, axis=0)
+    idx, seqs, lens, ends, firsts, total = _snake_deal(
+        order_ptr, seq_lens_ptr, num_seqs, TOKENS, MAX_ITEMS
+    )
     offs_h = tl.arange(0, NUM_Q_HEADS)
     offs_d = tl.arange(0, HEAD_DIM)
     offs_r = tl.arange(0, ROWS)  # (block of the tile, token, kv head) of each K/V row
@@ -145,23 +154,38 @@ def headfused_decode(q, cache, seq_lens, bt, order, scale, *, nb, per_sm, warps,
     return out
 
 
-def make_case(ctxs: list[int], bs: int, seed: int = 0):
-    """q, a bf16 cache with shuffled blocks, block table, lengths and the longest-first order."""
-    g = torch.Generator(device="cuda").manual_seed(seed)
+def make_case(ctxs: list[int], bs: int, seed: int = 0, *, device: str = "cuda", hq: int = HQ,
+              hkv: int = HKV, d: int = D, dtype: torch.dtype = torch.bfloat16):  # fmt: skip
+    """q, a cache with shuffled blocks, block table, lengths and the longest-first order."""
+    g = torch.Generator(device=device).manual_seed(seed)
     nblk = [-(-c // bs) for c in ctxs]
     num_blocks = sum(nblk) + 4
-    perm = torch.randperm(num_blocks, device="cuda", generator=g).to(torch.int32)
+    perm = torch.randperm(num_blocks, device=device, generator=g).to(torch.int32)
     # Two spare columns: a tile of NB = 2 blocks may look one block past the last (masked).
-    bt = torch.zeros((len(ctxs), max(nblk) + 2), dtype=torch.int32, device="cuda")
+    bt = torch.zeros((len(ctxs), max(nblk) + 2), dtype=torch.int32, device=device)
     off = 0
     for i, n in enumerate(nblk):
         bt[i, :n] = perm[off : off + n]
         off += n
-    cache = torch.randn((2, num_blocks, bs, HKV, D), device="cuda", generator=g).to(torch.bfloat16)
-    q = torch.randn((len(ctxs), HQ, D), device="cuda", generator=g).to(torch.bfloat16)
-    seq_lens = torch.tensor(ctxs, dtype=torch.int32, device="cuda")
+    cache = torch.randn((2, num_blocks, bs, hkv, d), device=device, generator=g).to(dtype)
+    q = torch.randn((len(ctxs), hq, d), device=device, generator=g).to(dtype)
+    seq_lens = torch.tensor(ctxs, dtype=torch.int32, device=device)
     order = torch.argsort(seq_lens, descending=True, stable=True).to(torch.int32)
     return q, cache, seq_lens, bt, order
+
+
+def checked_time(fn, ref: torch.Tensor, cfg: dict) -> float | None:
+    """fn's per-launch graph time, or None (printed) when it cannot build or is wrong."""
+    try:
+        got = fn().float()
+    except Exception as e:  # noqa: BLE001 - a config that cannot build
+        print(f"    {cfg}: {type(e).__name__} {str(e)[:100]}")
+        return None
+    err = ((got - ref).abs().max() / ref.abs().max()).item()
+    if err > 2e-2:
+        print(f"    {cfg}: WRONG (rel err {err:.3g})")
+        return None
+    return graph_us(fn)
 
 
 def engine_call(q, cache, seq_lens, bt, order, scale):
@@ -224,16 +248,9 @@ def main() -> int:
                         fn = functools.partial(
                             headfused_decode, q, cache, sl, bt, order, scale, sms=sms, **cfg
                         )
-                        try:
-                            got = fn().float()
-                        except Exception as e:  # noqa: BLE001 - a config that cannot build
-                            print(f"    {cfg}: {type(e).__name__} {str(e)[:100]}")
+                        t = checked_time(fn, ref, cfg)
+                        if t is None:
                             continue
-                        err = ((got - ref).abs().max() / ref.abs().max()).item()
-                        if err > 2e-2:
-                            print(f"    {cfg}: WRONG (rel err {err:.3g})")
-                            continue
-                        t = graph_us(fn)
                         line["variants"].append({**cfg, "us": t})
                         best = min(best, (t, cfg), key=lambda r: r[0])
         rows.append(line)

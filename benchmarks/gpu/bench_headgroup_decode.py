@@ -35,6 +35,8 @@ import triton.language as tl
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bench_headfused_decode import _snake_deal  # noqa: E402
+
 from strixlm.kernels.paged_attention import LOG2E  # noqa: E402
 
 
@@ -62,20 +64,12 @@ def _headgroup_decode_kernel(
     MAX_ITEMS: tl.constexpr,
     BLOCK_M: tl.constexpr,
 ):
-    p = tl.program_id(0)
     hg = tl.program_id(1)  # kv heads hg * GROUP .. hg * GROUP + GROUP - 1
-    n_prog = tl.num_programs(0)
-    idx = tl.arange(0, MAX_ITEMS)
-    rank = idx * n_prog + tl.where(idx % 2 == 0, p, n_prog - 1 - p)
-    item_ok = rank < num_seqs
-    seqs = tl.load(order_ptr + rank, mask=item_ok, other=0)
-    lens = tl.load(seq_lens_ptr + seqs, mask=item_ok, other=0)
     TOKENS: tl.constexpr = NB * BLOCK_SIZE  # a tile's tokens
     ROWS: tl.constexpr = TOKENS * GROUP  # K / V rows of a tile: (token, head of the group)
-    tiles = tl.cdiv(lens, TOKENS)
-    ends = tl.cumsum(tiles, axis=0)
-    firsts = ends - tiles
-    total = tl.sum(tiles, axis=0)
+    idx, seqs, lens, ends, firsts, total = _snake_deal(
+        order_ptr, seq_lens_ptr, num_seqs, TOKENS, MAX_ITEMS
+    )
     offs_m = tl.arange(0, BLOCK_M)  # query row m: the group's query head m (m < G * GROUP)
     m_ok = offs_m < G * GROUP
     q_head = hg * (GROUP * G) + offs_m
@@ -167,7 +161,7 @@ def headgroup_decode(q, cache, seq_lens, bt, order, scale, *, group, nb, per_sm,
 
 
 def main() -> int:
-    from bench_headfused_decode import D, engine_call, graph_us, make_case, shapes
+    from bench_headfused_decode import D, checked_time, engine_call, graph_us, make_case, shapes
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
@@ -193,16 +187,9 @@ def main() -> int:
                         fn = functools.partial(
                             headgroup_decode, q, cache, sl, bt, order, scale, sms=sms, **cfg
                         )
-                        try:
-                            got = fn().float()
-                        except Exception as e:  # noqa: BLE001 - a config that cannot build
-                            print(f"    {cfg}: {type(e).__name__} {str(e)[:100]}")
+                        t = checked_time(fn, ref, cfg)
+                        if t is None:
                             continue
-                        err = ((got - ref).abs().max() / ref.abs().max()).item()
-                        if err > 2e-2:
-                            print(f"    {cfg}: WRONG (rel err {err:.3g})")
-                            continue
-                        t = graph_us(fn)
                         line["variants"].append({**cfg, "us": t})
                         best = min(best, (t, cfg), key=lambda r: r[0])
             print(
