@@ -17,6 +17,7 @@ import os
 import torch
 
 from strixlm.kernels.dispatch import HAS_TRITON
+from strixlm.kernels.env_knobs import env_int
 from strixlm.kernels.gemv import MAX_ROWS as GEMV_MAX_ROWS
 from strixlm.kernels.pdl import pdl_enabled
 from strixlm.kernels.splitk_linear import SplitKConfig, config_for_rows, half_operands
@@ -55,7 +56,7 @@ PREFILL_CONFIGS = (
     TmaConfig(64, 128, 64, 4, 4),
     TmaConfig(128, 128, 32, 8, 4),
 )
-PREFILL_MIN_ROWS = int(os.environ.get("STRIXLM_PREFILL_GATE_UP_SILU_ROWS", "2048"))
+PREFILL_MIN_ROWS = env_int("STRIXLM_PREFILL_GATE_UP_SILU_ROWS", 2048)
 # (I, K) it was measured at; other shapes keep cuBLAS + silu_and_mul (at larger K the GEMM
 # outweighs the activation, and cuBLAS ran 10-15% faster than our TMA loop at these rows).
 PREFILL_SHAPES = {(3072, 1024)}  # Qwen3-0.6B

@@ -10,10 +10,9 @@ Accumulation is fp32; a bias is added at the end.
 
 from __future__ import annotations
 
-import os
-
 import torch
 
+from strixlm.kernels.env_knobs import env_int
 from strixlm.kernels.kv_write import HAS_TRITON
 from strixlm.kernels.pdl import pdl_enabled
 
@@ -35,11 +34,7 @@ KERNEL_ROWS = 8
 # decode steps at batch 2 / 4 / 8 took 1.52 / 2.19 / 3.20 ms with it against 1.22 / 1.39 /
 # 1.58 ms without. One row is where it reads the weight at close to full bandwidth.
 def _env_max_rows() -> int:
-    raw = os.environ.get("STRIXLM_GEMV_MAX_ROWS", "1")
-    try:
-        return max(0, min(KERNEL_ROWS, int(raw)))
-    except ValueError as e:
-        raise ValueError(f"STRIXLM_GEMV_MAX_ROWS must be an integer, got {raw!r}") from e
+    return max(0, min(KERNEL_ROWS, env_int("STRIXLM_GEMV_MAX_ROWS", 1)))
 
 
 MAX_ROWS = _env_max_rows()

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from strixlm.kernels.dispatch import HAS_TRITON, persistent_sms
+from strixlm.kernels.env_knobs import env_int
 from strixlm.kernels.pdl import pdl_enabled
 
 if HAS_TRITON:
@@ -102,7 +103,7 @@ TMA_ENABLED = os.environ.get("STRIXLM_LM_HEAD_TMA", "1") != "0"
 # SM). Workload with it at every TMA row count: 27,513 -> 27,590 tok/s (+0.28%, two pairs);
 # from 129 rows (session 27): 27,452 -> 27,485 (+0.2%, two pairs, a slower machine).
 # STRIXLM_LM_HEAD_PERSISTENT_MIN_ROWS=0 turns it off.
-PERSISTENT_MIN_ROWS = int(os.environ.get("STRIXLM_LM_HEAD_PERSISTENT_MIN_ROWS", "129"))
+PERSISTENT_MIN_ROWS = env_int("STRIXLM_LM_HEAD_PERSISTENT_MIN_ROWS", 129)
 # Greedy on Hopper at SMALL_PERSISTENT_MIN_ROWS-128 rows: 64-row TMA tiles walked by a
 # persistent grid (one program an SM) beat the table above (bench_lm_head_argmax.py
 # --persistent sweep / pick, H200, session 27; fused tail at the table's config -> here):
@@ -116,7 +117,7 @@ _SMALL_PERSISTENT_TABLE: list[tuple[int, LmHeadConfig]] = [
     (64, LmHeadConfig(64, 128, 128, 4, 4, tma=True, persistent=True)),
     (128, LmHeadConfig(64, 256, 64, 4, 4, tma=True, persistent=True)),
 ]
-SMALL_PERSISTENT_MIN_ROWS = int(os.environ.get("STRIXLM_LM_HEAD_SMALL_PERSISTENT_MIN_ROWS", "17"))
+SMALL_PERSISTENT_MIN_ROWS = env_int("STRIXLM_LM_HEAD_SMALL_PERSISTENT_MIN_ROWS", 17)
 
 
 def config_for_rows(m: int, tma: bool = False, sample: bool = False) -> LmHeadConfig:

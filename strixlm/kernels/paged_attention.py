@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from strixlm.kernels.dispatch import sm_count
+from strixlm.kernels.env_knobs import env_float, env_int
 from strixlm.kernels.kv_write import FP8_DTYPE, HAS_TRITON
 from strixlm.kernels.pdl import EARLY_LOADS, pdl_enabled
 
@@ -58,7 +59,7 @@ SPLIT_MAX_QUERY_LEN = 8  # decode and short speculative verification
 # alternating pair ran 27,615.7 vs 27,674.6 / 27,654.1 at 2 (session 30), inside the spread
 # of same-code runs; 3 ran +0.15% in session 29. Until a longer A/B settles it, the measured
 # 2 stays. STRIXLM_ATTN_SPLIT_CTAS (read at import; a float) for A/B runs.
-SPLIT_TARGET_CTAS_PER_SM = float(os.environ.get("STRIXLM_ATTN_SPLIT_CTAS", "2"))
+SPLIT_TARGET_CTAS_PER_SM = env_float("STRIXLM_ATTN_SPLIT_CTAS", 2.0)
 SPLIT_MIN_TOKENS_PER_SEG = 128
 SPLIT_MAX_SEGS = 64
 # Benchmark knobs for A/B runs of the decode config. 64-token tiles with 2 warps and 3 stages
@@ -68,11 +69,11 @@ SPLIT_MAX_SEGS = 64
 # the workload +0.5% (27,582.9 / 27,538.5 / 27,566.1 / 27,555.0 tok/s -> 27,700.0 / 27,703.6
 # / 27,698.3 / 27,681.5, alternating, H200, 2026-12-03). The unified kernel's switch at
 # 64-token tiles (27,558.8 / 27,579.6) and 32-token tiles without it (27,575.2) gained nothing.
-DECODE_TILE = int(os.environ.get("STRIXLM_ATTN_DECODE_TILE", "32"))
-DECODE_WARPS = int(os.environ.get("STRIXLM_ATTN_DECODE_WARPS", "2"))
+DECODE_TILE = env_int("STRIXLM_ATTN_DECODE_TILE", 32)
+DECODE_WARPS = env_int("STRIXLM_ATTN_DECODE_WARPS", 2)
 DEFAULT_K_ROWS = os.environ.get("STRIXLM_ATTN_K_ROWS", "0") == "1"
 # KV segments forced on decode-like batches (0 = the heuristic); for A/B runs.
-DECODE_SPLITS = int(os.environ.get("STRIXLM_ATTN_DECODE_SPLITS", "0"))
+DECODE_SPLITS = env_int("STRIXLM_ATTN_DECODE_SPLITS", 0)
 # The q/k norm + rotary + K/V write inside the persistent decode kernel when a caller
 # offers it (qk_prologue), opt-in with STRIXLM_ATTN_FUSE_QK=1. H200 (bench_fused_qk.py,
 # 2026-12-01): bit-equal, but with a bf16 cache x0.990 / 0.985 / 0.999 / 1.021 against the

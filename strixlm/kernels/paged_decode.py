@@ -34,6 +34,7 @@ import os
 
 import torch
 
+from strixlm.kernels.env_knobs import env_float, env_int
 from strixlm.kernels.kv_write import FP8_DTYPE, HAS_TRITON
 from strixlm.kernels.paged_attention import (
     LOG2E,
@@ -72,14 +73,14 @@ if HAS_TRITON:
 # H200, sweep_decode_attn.py --persistent (2026-12-01): 4/SM beat the unified kernel by
 # 2-10% from batch 128 up, 2-3/SM lost 5-25%, and at batch 64 (one sequence per program) it
 # lost 7%.
-PERSISTENT_CTAS_PER_SM = int(os.environ.get("STRIXLM_ATTN_PERSISTENT_CTAS", "4"))
+PERSISTENT_CTAS_PER_SM = env_int("STRIXLM_ATTN_PERSISTENT_CTAS", 4)
 # STRIXLM_ATTN_PERSISTENT=0 keeps the unified kernel, for A/B runs (read once, at import).
 PERSISTENT_ENABLED = os.environ.get("STRIXLM_ATTN_PERSISTENT", "1") != "0"
 # Use it unsplit when programs get at least this many sequences on average (batch 83 with
 # Qwen3-0.6B's 8 kv heads on 132 SMs). H200, sweep_decode_attn --split-persistent
 # (2026-12-01): x1.125 against the unified kernel at batch 96 and 115 (1.45 / 1.74 per
 # program), x0.92 at batch 64 (0.97).
-PERSISTENT_MIN_ITEMS = float(os.environ.get("STRIXLM_ATTN_PERSISTENT_MIN", "1.25"))
+PERSISTENT_MIN_ITEMS = env_float("STRIXLM_ATTN_PERSISTENT_MIN", 1.25)
 # Each tile used to load its own block ids, and Triton then kept K / V single-buffered at
 # any stage count (2 stages timed 1-2% better than 3). With the ids a tile ahead
 # (STRIXLM_ATTN_BLOCKS_AHEAD, default on), 3 stages double-buffer K / V by cp.async: at
@@ -91,19 +92,19 @@ BLOCKS_AHEAD = os.environ.get("STRIXLM_ATTN_BLOCKS_AHEAD", "1") == "1"
 # tile with the ids ahead, each a cross-warp step with a barrier (12 bar.sync a tile in the
 # sm90 PTX at tile 32). With BLOCKS_AHEAD, items are looked up only where one ends: H200
 # (2026-12-03, session 30) 896.6 vs 909.9 us over six workload batches, and the workload
-# +0.15% / +0.20% in two alternating pairs. STRIXLM_ATTN_LOOKUP_AT_ENDS=0 restores the
-# per-tile lookup (read at import, for A/B runs).
+# +0.08% to +0.34% in four alternating pairs on two machines (+0.18% on average).
+# STRIXLM_ATTN_LOOKUP_AT_ENDS=0 restores the per-tile lookup (read at import, for A/B runs).
 LOOKUP_AT_ENDS = os.environ.get("STRIXLM_ATTN_LOOKUP_AT_ENDS", "1") == "1"
-PERSISTENT_STAGES = int(os.environ.get("STRIXLM_ATTN_PERSISTENT_STAGES", "3"))
+PERSISTENT_STAGES = env_int("STRIXLM_ATTN_PERSISTENT_STAGES", 3)
 # From this many sequences per program up to PERSISTENT_MIN_ITEMS, two segments per
 # sequence (x1.02 at batch 48 and 64 in the same sweep; four or more segments lost 1-10%
 # there, and below batch 33 the unified kernel's own split won). 0 disables the split.
-PERSISTENT_SPLIT_MIN_ITEMS = float(os.environ.get("STRIXLM_ATTN_PERSISTENT_SPLIT_MIN", "0.6"))
+PERSISTENT_SPLIT_MIN_ITEMS = env_float("STRIXLM_ATTN_PERSISTENT_SPLIT_MIN", 0.6)
 # Share of the sequences (the shortest, last in the longest-first order) whose items are
 # handed out dynamically instead of dealt (0 = all dealt). bench_decode_timeline.py (H200,
 # 2026-12-01): with a static deal programs ended 13-58 us apart within 130-270 us launches,
 # even with identical tiles each (busy / span 0.87-0.96).
-DYNAMIC_FRAC = float(os.environ.get("STRIXLM_ATTN_DYNAMIC_FRAC", "0.6"))
+DYNAMIC_FRAC = env_float("STRIXLM_ATTN_DYNAMIC_FRAC", 0.6)
 _COUNTERS: dict[tuple[torch.device, int], torch.Tensor] = {}
 
 

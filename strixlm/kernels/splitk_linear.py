@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from strixlm.kernels.dispatch import HAS_TRITON
+from strixlm.kernels.env_knobs import env_int
 from strixlm.kernels.gemv import MAX_ROWS as GEMV_MAX_ROWS
 from strixlm.kernels.pdl import pdl_enabled
 from strixlm.layers.splitk_partials import SplitKPartials
@@ -39,11 +40,7 @@ _HALF = (torch.bfloat16, torch.float16)
 
 
 def _env_max_rows() -> int:
-    raw = os.environ.get("STRIXLM_SPLITK_MAX_ROWS", "128")
-    try:
-        return max(0, int(raw))
-    except ValueError as e:
-        raise ValueError(f"STRIXLM_SPLITK_MAX_ROWS must be an integer, got {raw!r}") from e
+    return max(0, env_int("STRIXLM_SPLITK_MAX_ROWS", 128))
 
 
 _MAX_ROWS = _env_max_rows()
