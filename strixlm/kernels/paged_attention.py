@@ -55,10 +55,11 @@ SPLIT_MAX_QUERY_LEN = 8  # decode and short speculative verification
 #   b39: 1 seg 75.3, 2 segs 67.4 | b33: 67.2, 60.7 | b26: 2 segs 50.8, 4 57.9
 #   b20: 2 segs 45.8, 4 44.0 | b12: 4 segs 29.5, 8 31.0 | b6: 8 segs 18.0, 16 17.9
 # Per launch the best pick sits at 2.9-5 programs an SM, which a target of 2.9 gives at
-# every shape above; 2 keeps b27-b47 unsplit. On the workload 2.9 has not shown it: one
-# alternating pair ran 27,615.7 vs 27,674.6 / 27,654.1 at 2 (session 30), inside the spread
-# of same-code runs; 3 ran +0.15% in session 29. Until a longer A/B settles it, the measured
-# 2 stays. STRIXLM_ATTN_SPLIT_CTAS (read at import; a float) for A/B runs.
+# every shape above; 2 keeps b33-b39 unsplit (with graph padding only the 40-row graph's
+# pick differs; the persistent grid takes 40 and up). On the workload 2.9 has not shown
+# it: one alternating pair ran 27,615.7 vs 27,674.6 / 27,654.1 at 2 (session 30), inside
+# the spread of same-code runs; 3 ran +0.15% in session 29. Until a longer A/B settles it,
+# the measured 2 stays. STRIXLM_ATTN_SPLIT_CTAS (read at import; a float) for A/B runs.
 SPLIT_TARGET_CTAS_PER_SM = env_float("STRIXLM_ATTN_SPLIT_CTAS", 2.0)
 SPLIT_MIN_TOKENS_PER_SEG = 128
 SPLIT_MAX_SEGS = 64
