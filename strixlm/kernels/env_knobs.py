@@ -4,25 +4,27 @@ runs on the GPU). A value that does not parse is an error that names the variabl
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T", int, float)
+
+
+def _env(name: str, default: T, parse: Callable[[str], T], kind: str) -> T:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        return parse(raw)
+    except ValueError as e:
+        raise ValueError(f"{name} must be {kind}, got {raw!r}") from e
 
 
 def env_int(name: str, default: int) -> int:
     """The integer in environment variable `name`, or default when it is unset."""
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    try:
-        return int(raw)
-    except ValueError as e:
-        raise ValueError(f"{name} must be an integer, got {raw!r}") from e
+    return _env(name, default, int, "an integer")
 
 
 def env_float(name: str, default: float) -> float:
     """The number in environment variable `name`, or default when it is unset."""
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    try:
-        return float(raw)
-    except ValueError as e:
-        raise ValueError(f"{name} must be a number, got {raw!r}") from e
+    return _env(name, default, float, "a number")
