@@ -198,7 +198,7 @@
 #           a warm-up of each (two pairs)
 #   headgroup  decode attention with 1 / 2 / 4 / 8 kv heads a program, block ids a tile ahead
 #           (bench_headgroup_decode.py: a probe kernel against the engine's on the same caches;
-#           does a program reading 512 B / 1 KB runs stream faster?) (not yet run)
+#           does a program reading 512 B / 1 KB runs stream faster?), --quick (not yet run)
 #   split29ab  the unified kernel's split target at 2.9 programs an SM against 2 (the
 #           default): session 30's tail sweep put 2.9's pick best at every tail shape (b33-b39
 #           x1.11 a launch), one workload pair did not show it; a warm-up of each, then four
@@ -763,7 +763,9 @@ if has aheadab; then  # the workload: $AHEAD_ENV (VAR=VALUE ...) against the def
   grep "strixlm  " "$OUT"/tp_*.log
 fi
 if has headgroup; then  # kv heads a program: the probe kernel against the engine's
-  run headgroup 400 python benchmarks/gpu/bench_headgroup_decode.py --json "$OUT/headgroup.json"
+  # --quick: the two b256 shapes, 1 / 2 / 4 heads (~2 min; the full sweep is ~5-6 min)
+  run headgroup 300 python benchmarks/gpu/bench_headgroup_decode.py --quick \
+    --json "$OUT/headgroup.json"
 fi
 if has split29ab; then  # the unified kernel's split target, 2.9 vs 2 programs an SM
   for c in 2 2.9; do STRIXLM_ATTN_SPLIT_CTAS=$c run "tp_c${c}_warm" 100 $TP --model qwen3-0.6b; done
