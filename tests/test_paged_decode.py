@@ -382,14 +382,14 @@ for cache_dt in ("bf16", "fp8e4nv"):
     # The bf16 cache compiles the split grid without the q/k prologue, fp8 the unsplit
     # grid with it (the prologue's fp8 cache write included); both with dynamic items.
     fp8 = cache_dt == "fp8e4nv"
-    # The bf16 one with the block ids a tile ahead (the engine's default) and the item
-    # lookup at item ends (opt-in): K / V then take two 32-token buffers each in shared
-    # memory (2 x 2 x 32 x 128 x 2 bytes).
+    # The bf16 one with the block ids a tile ahead and the item lookup at item ends (the
+    # engine's default): K / V then take two 32-token buffers each in shared memory
+    # (2 x 2 x 32 x 128 x 2 bytes).
     consts = dict(NUM_Q_HEADS=16, G=2, HEAD_DIM=128, DIM_P=128, BLOCK_SIZE=16, TILE=32,
                   BLOCK_M=16, MAX_ITEMS=8, NUM_SEGS=1 if fp8 else 4,
                   IEEE=False, K_ROWS=False, HAS_ORDER=True, FP8_PAIRS=fp8, FUSE_QK=fp8,
                   BLOCK_G=2, HALF=64, FP8=fp8, TIMING=fp8, DYNAMIC=True,
-                  PDL=fp8, AHEAD=not fp8, AT_ENDS=not fp8)
+                  PDL=fp8, AHEAD=not fp8)
     names = list(sig) + list(consts)
     div16 = [n for n in sig if n.endswith("_ptr") or (n.startswith("stride") and n != "stride_bt")]
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in div16}
@@ -433,13 +433,14 @@ def test_block_ids_ahead_change_no_value(monkeypatch, segs):
 @pytest.mark.parametrize("segs", [1, 2])
 @pytest.mark.parametrize("n_prog", [1, 3])
 def test_item_lookup_at_item_ends_changes_no_value(monkeypatch, segs, n_prog):
-    """LOOKUP_AT_ENDS finds the dealt items' fields where an item ends instead of at every
-    tile: the same bits for dealt and split items, zero-tile items (graph padding) among them,
-    beside the dynamic ones."""
+    """With BLOCKS_AHEAD the dealt loop finds its items' fields where an item ends instead of
+    at every tile: the same bits for dealt and split items, zero-tile items (graph padding)
+    among them, beside the dynamic ones, with one program a head (every item in one walk)
+    and with three."""
     b = Batch(ROWS, 4, 2, 32, 4, torch.float32, seed=2, pad_tokens=3, pad_seqs=3)
     outs = []
     for at_ends in (False, True):
-        monkeypatch.setattr(pdk, "LOOKUP_AT_ENDS", at_ends)
+        monkeypatch.setattr(pdk, "BLOCKS_AHEAD", at_ends)
         dealt = _persistent(b, n_prog, num_segs=segs, dynamic_frac=0.0)
         dyn = _persistent(b, n_prog, num_segs=segs, dynamic_frac=0.5)
         outs.append((dealt[: b.t], dyn[: b.t]))

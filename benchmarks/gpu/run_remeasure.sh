@@ -177,13 +177,10 @@
 #           block ids ahead on / off at 32- and 64-token tiles, and one-warp programs (no
 #           cross-warp softmax reductions) (session 30 ran 1:32:2 and 0:32:2: the unified
 #           kernel below 40 sequences is 11-28% faster a launch with the ids ahead)
-#   atends  the persistent kernel finding its items where one ends instead of at every tile
-#           (STRIXLM_ATTN_LOOKUP_AT_ENDS=1: 38% fewer PTX instructions a tile at tile 32),
-#           with 2 warps and with 1 warp (no cross-warp softmax reductions, which leave 11
-#           bar.sync a tile) at 4-8 programs per SM: bench_decode_timeline.py --workload per
-#           setting, check_attention with it on, then the workload on / off alternating after
-#           a warm-up of each (two pairs) (session 30: -1.5% per launch with 2 warps, +0.2% on
-#           the workload; 1 warp slower; now the default, so this A/B's "on" is the default)
+#   atends  (removed after session 30 ran it) the persistent kernel finding its items where
+#           one ends instead of at every tile, with 2 and 1 warps: -1.5% per launch with 2
+#           warps, +0.18% on the workload, 1 warp slower. It is now what BLOCKS_AHEAD does;
+#           the per-tile lookup with the ids ahead and its switch are gone
 #   persistmin  where the persistent grid stops splitting sequences in two, now that K / V are
 #           double-buffered (session 29 saw the unsplit grid at 3 programs an SM beat the split
 #           one at b71): bench_decode_timeline.py --workload at steps 700-850 (b98-b55) with
@@ -714,33 +711,6 @@ if has tailahead; then  # the tail's launches with the double-buffered K / V on 
       run "tail_a${a}_t${t}_w$w" 100 python benchmarks/gpu/sweep_decode_attn.py --tail \
       --budget-s 60 --json "$OUT/tail_a${a}_t${t}_w$w.json"
   done
-fi
-if has atends; then  # item lookups at item ends; one-warp programs
-  # LOOKUP_AT_ENDS:WARPS:CTAS_PER_SM
-  for c in 0:2:4 1:2:4 1:1:4 1:1:5 0:1:5; do
-    IFS=: read -r e w ct <<< "$c"
-    (export STRIXLM_ATTN_LOOKUP_AT_ENDS=$e STRIXLM_ATTN_DECODE_WARPS=$w \
-      STRIXLM_ATTN_PERSISTENT_CTAS=$ct
-     run "atends_${e}_${w}_${ct}" 150 python benchmarks/gpu/bench_decode_timeline.py \
-       --workload 150 300 450 600 700 800 --variants deal:0.6 \
-       --json "$OUT/atends_${e}_${w}_${ct}.json")
-  done
-  python - "$OUT" <<'PY'
-import json, sys, glob
-for p in sorted(glob.glob(sys.argv[1] + "/atends_*.json")):
-    us = [round(r["us_per_launch"], 1) for r in json.load(open(p))]
-    print(p.rsplit("/", 1)[1][7:-5], f"{sum(us):.1f} us over the shapes", us)
-PY
-  (export STRIXLM_ATTN_LOOKUP_AT_ENDS=1 STRIXLM_ATTN_PERSISTENT_MIN=0
-   run attn_check_atends 200 python benchmarks/gpu/check_attention.py --quick)
-  run tp_warm 100 $TP --model qwen3-0.6b
-  (export STRIXLM_ATTN_LOOKUP_AT_ENDS=1; run tp_atends_warm 100 $TP --model qwen3-0.6b)
-  for i in 1 2; do
-    run "tp_base$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_base$i.json"
-    (export STRIXLM_ATTN_LOOKUP_AT_ENDS=1; run "tp_atends$i" 100 $TP --model qwen3-0.6b \
-      --output-json "$OUT/tp_atends$i.json")
-  done
-  grep "strixlm  " "$OUT"/tp_*.log
 fi
 if has persistmin; then  # the split / unsplit boundary of the persistent grid
   for m in 1.25 1.0 0.8; do

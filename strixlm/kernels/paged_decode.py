@@ -88,13 +88,11 @@ PERSISTENT_MIN_ITEMS = env_float("STRIXLM_ATTN_PERSISTENT_MIN", 1.25)
 # came with the unified kernel's switch too (see paged_attention.DECODE_TILE).
 # STRIXLM_ATTN_PERSISTENT_STAGES sets the stages (both read at import, for A/B runs).
 BLOCKS_AHEAD = os.environ.get("STRIXLM_ATTN_BLOCKS_AHEAD", "1") == "1"
-# The dealt loop finds each tile's item by reductions over the program's item table, ~11 a
-# tile with the ids ahead, each a cross-warp step with a barrier (12 bar.sync a tile in the
-# sm90 PTX at tile 32). With BLOCKS_AHEAD, items are looked up only where one ends: H200
-# (2026-12-03, session 30) 896.6 vs 909.9 us over six workload batches, and the workload
+# With BLOCKS_AHEAD the dealt loop also looks its items up only where one ends: a per-tile
+# lookup is ~11 reductions across the program's warps (12 bar.sync a tile in the sm90 PTX
+# at tile 32). H200 (2026-12-03, session 30), against the per-tile lookup with the ids
+# ahead (removed since): 896.6 vs 909.9 us over six workload batches, and the workload
 # +0.08% to +0.34% in four alternating pairs on two machines (+0.18% on average).
-# STRIXLM_ATTN_LOOKUP_AT_ENDS=0 restores the per-tile lookup (read at import, for A/B runs).
-LOOKUP_AT_ENDS = os.environ.get("STRIXLM_ATTN_LOOKUP_AT_ENDS", "1") == "1"
 PERSISTENT_STAGES = env_int("STRIXLM_ATTN_PERSISTENT_STAGES", 3)
 # From this many sequences per program up to PERSISTENT_MIN_ITEMS, two segments per
 # sequence (x1.02 at batch 48 and 64 in the same sweep; four or more segments lost 1-10%
@@ -178,18 +176,6 @@ if HAS_TRITON:
             tl.sum(tl.where(sel, segs, 0), axis=0),
         )
 
-    @triton.jit
-    def _dealt_tile_blocks(
-        t, total, idx, ends, seqs, lens, j_base, q_lo, segs, block_table_ptr, stride_bt,
-        offs_t, BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr,
-    ):  # fmt: skip
-        # The cache blocks of the program's dealt tile t (zeros from t = total on).
-        seq, seq_len, jb, _, _, _ = _tile_item(t, idx, seqs, lens, j_base, ends, q_lo, segs)
-        bt_row_ptr = block_table_ptr + seq.to(tl.int64) * stride_bt
-        return tile_blocks(
-            bt_row_ptr, t - jb, tl.where(t < total, seq_len, 0), offs_t, BLOCK_SIZE, TILE, True
-        )  # fmt: skip
-
     @triton.jit(do_not_specialize=["num_seqs", "n_static"])
     def _paged_decode_persistent_kernel(
         out_ptr,
@@ -257,7 +243,6 @@ if HAS_TRITON:
         DYNAMIC: tl.constexpr,
         PDL: tl.constexpr,
         AHEAD: tl.constexpr = False,
-        AT_ENDS: tl.constexpr = False,
     ):
         p = tl.program_id(0)
         n_prog = tl.num_programs(0)
@@ -323,7 +308,7 @@ if HAS_TRITON:
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, DIM_P], dtype=tl.float32)
-        if AT_ENDS:
+        if AHEAD:
             # The current item's fields and the next one's (the first with tiles after it),
             # looked up again only where an item ends: each lookup is a few reductions across
             # the program's warps, which the per-tile lookup below pays at every tile.
@@ -338,13 +323,8 @@ if HAS_TRITON:
                 block_table_ptr + c_seq.to(tl.int64) * stride_bt, 0 - c_jb,
                 tl.where(total > 0, c_len, 0), offs_t, BLOCK_SIZE, TILE, True,
             )  # fmt: skip
-        elif AHEAD:  # tile 0's cache blocks (see below)
-            blk_next = _dealt_tile_blocks(
-                0, total, idx, ends, seqs, lens, firsts - los, q_lo, segs, block_table_ptr,
-                stride_bt, offs_t, BLOCK_SIZE, TILE,
-            )  # fmt: skip
         for t in range(0, total):
-            if AT_ENDS:
+            if AHEAD:
                 if t == c_end:  # the next item starts: shift, and look up the one after it
                     c_seq, c_len, c_jb, c_end = n_seq, n_len, n_jb, n_end
                     c_tok, c_seg = n_tok, n_seg
@@ -366,21 +346,16 @@ if HAS_TRITON:
                 tok = tl.sum(tl.where(sel, q_lo, 0), axis=0).to(tl.int64)
             q = load_q_rows(q_ptr, tok, head, stride_qt, stride_qh, offs_d, io_mask, k_cache_ptr)
             q_abs = tl.zeros([BLOCK_M], dtype=tl.int32) + (seq_len - 1)
-            if AT_ENDS:  # the next tile: this item's next, or the next item's first
+            if AHEAD:
+                # The next tile's cache blocks (this item's next, or the next item's first):
+                # tile t's K / V addresses then depend on no load of this iteration, and the
+                # pipeliner multi-buffers them.
                 blk = blk_next
                 blk_next = tile_blocks(
                     block_table_ptr + tl.where(last, n_seq, c_seq).to(tl.int64) * stride_bt,
                     tl.where(last, t + 1 - n_jb, j + 1),
                     tl.where(t + 1 < total, tl.where(last, n_len, c_len), 0), offs_t,
                     BLOCK_SIZE, TILE, True,
-                )  # fmt: skip
-            elif AHEAD:
-                # The block ids come one tile ahead: tile t's K / V addresses then depend
-                # on no load of this iteration, and the pipeliner multi-buffers them.
-                blk = blk_next
-                blk_next = _dealt_tile_blocks(
-                    t + 1, total, idx, ends, seqs, lens, firsts - los, q_lo, segs,
-                    block_table_ptr, stride_bt, offs_t, BLOCK_SIZE, TILE,
                 )  # fmt: skip
             else:
                 bt_row_ptr = block_table_ptr + seq.to(tl.int64) * stride_bt
@@ -392,7 +367,7 @@ if HAS_TRITON:
             )  # fmt: skip
             if last:
                 if NUM_SEGS > 1:  # a partial row for the merge, in the unified layout
-                    if AT_ENDS:
+                    if AHEAD:
                         seg = c_seg
                     else:
                         seg = tl.sum(tl.where(sel, segs, 0), axis=0)
@@ -575,7 +550,6 @@ def paged_decode_persistent(
         DYNAMIC=n_dyn > 0,
         PDL=pdl,
         AHEAD=BLOCKS_AHEAD,
-        AT_ENDS=BLOCKS_AHEAD and LOOKUP_AT_ENDS,
         num_warps=num_warps,
         num_stages=num_stages,
         launch_pdl=pdl,
