@@ -57,19 +57,27 @@ SHAPES = [
 
 
 def workload_shapes(steps: list[int], budget: int = 8192) -> list[tuple[str, list[int]]]:
-    """The standard workload's decode batch at the given steps: its seed-0 lengths (drawn as
-    strixlm.benchmarks.workload does), each request admitted at the step its prompt's
-    cumulative tokens reach under the token budget, alive while it has output left."""
+    """The standard workload's decode batch at the given steps: its seed-0 lengths
+    (strixlm.benchmarks.workload), each request admitted at the step its prompt's cumulative
+    tokens reach under the token budget, alive while it has output left."""
     import numpy as np
 
-    rng = np.random.default_rng(0)
-    prompts = rng.integers(100, 1025, size=256)
-    outs = rng.integers(100, 1025, size=256)
+    from strixlm.benchmarks import workload as wl
+
+    w = wl.make_workload(
+        wl.DEFAULT_NUM_PROMPTS, wl.DEFAULT_INPUT_LEN_RANGE, wl.DEFAULT_OUTPUT_LEN_RANGE,
+        vocab_size=2,  # the lengths are drawn before the tokens, so they do not depend on it
+    )  # fmt: skip
+    prompts = np.array([len(t) for t in w.prompts])
     admitted = np.cumsum(prompts) // budget
     shapes = []
     for s in steps:
         made = s - admitted
-        ctxs = [int(c) for c, m, o in zip(prompts + made, made, outs, strict=True) if 0 <= m < o]
+        ctxs = [
+            int(c)
+            for c, m, o in zip(prompts + made, made, w.output_lens, strict=True)
+            if 0 <= m < o
+        ]
         shapes.append((f"workload step {s} (b{len(ctxs)})", ctxs))
     return shapes
 
