@@ -200,6 +200,11 @@
 #           default): session 30's tail sweep put 2.9's pick best at every tail shape (b33-b39
 #           x1.11 a launch), one workload pair did not show it; a warm-up of each, then four
 #           alternating pairs (STRIXLM_ATTN_SPLIT_CTAS)
+#   groupab two kv heads a program in the persistent grid (STRIXLM_ATTN_HEAD_GROUP=2, 16-token
+#           tiles, the same rows a tile): attention vs torch with the grid forced at every
+#           batch, the kernel timeline at workload steps (one / two heads, and two with the
+#           thresholds halved so the same batches stay unsplit), then the workload against
+#           the default, alternating (aheadab's pairs)
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
@@ -746,6 +751,17 @@ if has split29ab; then  # the unified kernel's split target, 2.9 vs 2 programs a
     done
   done
   grep "strixlm  " "$OUT"/tp_c*.log
+fi
+if has groupab; then  # two kv heads a program
+  (export STRIXLM_ATTN_HEAD_GROUP=2 STRIXLM_ATTN_PERSISTENT_MIN=0 STRIXLM_ATTN_PERSISTENT_SPLIT_MIN=0.01
+   run attn_check_g2 200 python benchmarks/gpu/check_attention.py --quick)
+  run grouptl 150 python benchmarks/gpu/bench_decode_timeline.py --workload 100 250 400 550 700 \
+    800 850 --variants deal:0.6 deal:0.6:g2 --json "$OUT/grouptl.json"
+  (export STRIXLM_ATTN_PERSISTENT_MIN=0.625 STRIXLM_ATTN_PERSISTENT_SPLIT_MIN=0.3
+   run grouptl_half 150 python benchmarks/gpu/bench_decode_timeline.py --workload 700 800 850 \
+     --variants deal:0.6:g2 --json "$OUT/grouptl_half.json")
+  grep -h "us/launch\|not the" "$OUT"/grouptl*.log | cut -c1-120
+  AHEAD_ENV="STRIXLM_ATTN_HEAD_GROUP=2" bash "$0" aheadab
 fi
 if has closing; then
   run e2e 240 python benchmarks/gpu/check_e2e.py
