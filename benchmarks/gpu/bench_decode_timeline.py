@@ -13,8 +13,7 @@ its tiles (fixed ns per program + ns per tile). The graph time with and without 
 shows what they cost. Qwen3-0.6B heads, bf16 cache, blocks shuffled over the pool.
 --variants: the kernels to compare, outputs checked against the first one's: "deal:F"
 is paged_decode's dealt grid handing out the shortest share F of the sequences dynamically
-(the only kind now: session 8 also had "sk:D:C", a stream-K grid since removed);
-"deal:F:gN" is the same with N kv heads a program (the engine's config at HEAD_GROUP N).
+(the only kind now: session 8 also had "sk:D:C", a stream-K grid since removed).
 """
 
 from __future__ import annotations
@@ -116,27 +115,19 @@ def launch_stats(rec: torch.Tensor, next_start: float | None) -> dict:
     )
 
 
-def run_shape(name: str, ctxs: list[int], variant: str, want=None) -> dict | None:
+def run_shape(name: str, ctxs: list[int], variant: str, want=None) -> dict:
     b = len(ctxs)
     rows = [(c - 1, 1) for c in ctxs]
     q, _, _, cache, md = make_batch(rows, DTYPE)
     dev = q.device
     sms = pa.num_sms(dev)
-    kind, frac, *rest = variant.split(":")
-    assert kind == "deal" and all(r.startswith("g") for r in rest), variant
-    saved = pdk.HEAD_GROUP
-    pdk.HEAD_GROUP = int(rest[0][1:]) if rest else saved  # the engine's pick at this group
-    try:
-        cfg = pa.select_config(HQ, HKV, D, b, 1, max(ctxs), sms)
-    finally:
-        pdk.HEAD_GROUP = saved
-    if not cfg.persistent:  # the unified kernel's batch at this head group: nothing to time
-        print(f"{name}, {variant}: not the persistent grid ({cfg})")
-        return None
-    group = cfg.head_group
-    n_prog = pdk.persistent_programs(b * cfg.num_splits, HKV, sms, group)
+    cfg = pa.select_config(HQ, HKV, D, b, 1, max(ctxs), sms)
+    assert cfg.persistent, cfg
+    kind, frac = variant.split(":")
+    assert kind == "deal", variant
+    n_prog = pdk.persistent_programs(b * cfg.num_splits, HKV, sms)
     order = torch.tensor(sorted(range(b), key=lambda i: -ctxs[i]), dtype=torch.int32, device=dev)
-    timing = torch.zeros((LAYERS, HKV // group * n_prog, 4), dtype=torch.int64, device=dev)
+    timing = torch.zeros((LAYERS, HKV * n_prog, 4), dtype=torch.int64, device=dev)
     outs = [torch.empty_like(q) for _ in range(2)]
 
     def step(timed: bool) -> None:
@@ -147,7 +138,7 @@ def run_shape(name: str, ctxs: list[int], variant: str, want=None) -> dict | Non
                       timing=timing[i] if timed else None)  # fmt: skip
             pdk.paged_decode_persistent(
                 *args, **kw, sms=sms, seq_order=order, dynamic_frac=float(frac),
-                num_segs=cfg.num_splits, group=group,
+                num_segs=cfg.num_splits,
             )  # fmt: skip
 
     step(False)
@@ -164,8 +155,7 @@ def run_shape(name: str, ctxs: list[int], variant: str, want=None) -> dict | Non
     med = {k: statistics.median(p[k] for p in per if p[k] is not None) for k in per[0]}
     kv_bytes = sum(ctxs) * HKV * D * 2 * cache.element_size()
     print(
-        f"{name}, {variant} (P {n_prog}, segs {cfg.num_splits}, tile {cfg.tile}): "
-        f"{t_plain:6.1f} us/launch in a {LAYERS}-launch graph "
+        f"{name}, {variant}: {t_plain:6.1f} us/launch in a {LAYERS}-launch graph "
         f"({kv_bytes / t_plain / 1e6:.2f} TB/s; with records {t_timed:.1f}); span "
         f"{med['span'] / 1e3:.1f} us, start skew {med['start_skew'] / 1e3:.1f}, end skew "
         f"{med['end_skew'] / 1e3:.1f}, tail (last 10%) {med['tail'] / 1e3:.1f}, busy/span "
@@ -201,8 +191,6 @@ def main() -> int:
         base = None
         for variant in args.variants:
             row = run_shape(name, ctxs, variant, base)
-            if row is None:
-                continue
             base = row["out"] if base is None else base
             if row["rel_err"] > 1e-2:
                 bad.append((name, variant))

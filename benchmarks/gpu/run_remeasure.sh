@@ -190,21 +190,24 @@
 #           a time: block order, one head's rows or whole blocks, K and V, pool size
 #           (bench_read_pattern.py; session 30: 4.32-4.39 TB/s attention-like, 4.44-4.51 whole
 #           blocks, pool size no effect). Since then it also reads two / four heads' rows a
-#           program and launches the heads side by side (64 GiB pool only; not yet run)
+#           program and launches the heads side by side (session 31: attention-like 4.38-4.47
+#           one head, 4.47-4.53 two heads; side by side no change)
 #   aheadab the workload with AHEAD_ENV="VAR=VALUE ..." against the default, alternating after
 #           a warm-up of each (two pairs)
 #   headgroup  decode attention with 1 / 2 / 4 / 8 kv heads a program, block ids a tile ahead
 #           (bench_headgroup_decode.py: a probe kernel against the engine's on the same caches;
-#           does a program reading 512 B / 1 KB runs stream faster?), --quick (not yet run)
+#           does a program reading 512 B / 1 KB runs stream faster?), --quick (session 31:
+#           two heads x1.008 / x1.048 against one in the probe's loop, still behind the engine
+#           at b256 over 100-2000 tokens)
 #   split29ab  the unified kernel's split target at 2.9 programs an SM against 2 (the
 #           default): session 30's tail sweep put 2.9's pick best at every tail shape (b33-b39
 #           x1.11 a launch), one workload pair did not show it; a warm-up of each, then four
-#           alternating pairs (STRIXLM_ATTN_SPLIT_CTAS)
-#   groupab two kv heads a program in the persistent grid (STRIXLM_ATTN_HEAD_GROUP=2, 16-token
-#           tiles, the same rows a tile): attention vs torch with the grid forced at every
-#           batch, the kernel timeline at workload steps (one / two heads, and two with the
-#           thresholds halved so the same batches stay unsplit), then the workload against
-#           the default, alternating (aheadab's pairs)
+#           alternating pairs (STRIXLM_ATTN_SPLIT_CTAS; session 31: 28,130.1 vs 28,134.3 on
+#           average, no difference, 2 stays)
+#   groupab (removed after session 31 ran it) two kv heads a program inside the persistent
+#           kernel (STRIXLM_ATTN_HEAD_GROUP, code in 7c31484, reverted): slower per launch
+#           at every workload batch in five configs (b256: 167.2 us one head, 168.4-191.9
+#           two) and the workload 26,935-26,980 vs 27,771-27,810 tok/s
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
@@ -751,17 +754,6 @@ if has split29ab; then  # the unified kernel's split target, 2.9 vs 2 programs a
     done
   done
   grep "strixlm  " "$OUT"/tp_c*.log
-fi
-if has groupab; then  # two kv heads a program
-  (export STRIXLM_ATTN_HEAD_GROUP=2 STRIXLM_ATTN_PERSISTENT_MIN=0 STRIXLM_ATTN_PERSISTENT_SPLIT_MIN=0.01
-   run attn_check_g2 200 python benchmarks/gpu/check_attention.py --quick)
-  run grouptl 150 python benchmarks/gpu/bench_decode_timeline.py --workload 100 250 400 550 700 \
-    800 850 --variants deal:0.6 deal:0.6:g2 --json "$OUT/grouptl.json"
-  (export STRIXLM_ATTN_PERSISTENT_MIN=0.625 STRIXLM_ATTN_PERSISTENT_SPLIT_MIN=0.3
-   run grouptl_half 150 python benchmarks/gpu/bench_decode_timeline.py --workload 700 800 850 \
-     --variants deal:0.6:g2 --json "$OUT/grouptl_half.json")
-  grep -h "us/launch\|not the" "$OUT"/grouptl*.log | cut -c1-120
-  AHEAD_ENV="STRIXLM_ATTN_HEAD_GROUP=2" bash "$0" aheadab
 fi
 if has closing; then
   run e2e 240 python benchmarks/gpu/check_e2e.py

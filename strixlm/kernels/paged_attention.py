@@ -100,7 +100,6 @@ class AttnConfig:
     num_splits: int = 1  # > 1: split-K with that many KV segments
     k_rows: bool = False  # load K as [TILE, D] rows (contiguous per token) and transpose
     persistent: bool = False  # decode: paged_decode's persistent grid (one query per seq)
-    head_group: int = 1  # persistent: kv heads a program (tile is then tokens a tile)
 
 
 def _pow2(n: int) -> int:
@@ -169,7 +168,6 @@ def select_config(
         cfg = AttnConfig(block_m, tile, num_warps=warps, num_stages=2, k_rows=DEFAULT_K_ROWS)
     from strixlm.kernels.paged_decode import (
         PERSISTENT_STAGES,
-        head_group,
         persistent_segments,
         use_persistent,
     )
@@ -189,18 +187,14 @@ def select_config(
             )
     else:
         persistent = num_splits <= 1 and use_persistent(num_seqs, num_kv_heads, max_query_len, sms)
-    # Head groups keep a tile's rows (tokens x heads) and so the program's registers and
-    # shared memory: half the tokens a tile at two heads.
-    group = head_group(num_kv_heads) if persistent else 1
     return AttnConfig(
-        max(cfg.block_m, _pow2(g * group)),
-        max(16, cfg.tile // group),
+        cfg.block_m,
+        cfg.tile,
         cfg.num_warps,
         PERSISTENT_STAGES if persistent else cfg.num_stages,
         max(1, num_splits),
         cfg.k_rows,
         persistent,
-        group,
     )
 
 
@@ -301,15 +295,10 @@ if HAS_TRITON:
         IEEE: tl.constexpr,
         K_ROWS: tl.constexpr,
         FP8_PAIRS: tl.constexpr,
-        own,
-        GROUP: tl.constexpr,
     ):
         # One online-softmax step over KV tile j, whose tokens' cache blocks are blk
         # (tile_blocks): a caller that loads them a tile ahead keeps every K / V address
         # free of a same-iteration load, which lets Triton's pipeliner multi-buffer them.
-        # GROUP > 1 (paged_decode's head groups): the tile's rows are (token, kv head of
-        # the group) pairs, offs_t the row's token offset and head_off its head's offset
-        # (vectors); own [BLOCK_M, rows] keeps each query row's own kv head. Unused at 1.
         pos = j * TILE + offs_t
         if MASKED:
             pos_ok = pos < kv_end
@@ -319,8 +308,8 @@ if HAS_TRITON:
         rows_ptr = tok[:, None] + offs_d[None, :]
         if FP8_PAIRS:  # fp8 cache, 16-bit q, compiled for the GPU, HEAD_DIM a power of two
             ok_t = pos < kv_end
-            v = _load_fp8_rows_f16(v_cache_ptr, tok, ok_t, HEAD_DIM, TILE * GROUP)
-            k = tl.trans(_load_fp8_rows_f16(k_cache_ptr, tok, ok_t, HEAD_DIM, TILE * GROUP))
+            v = _load_fp8_rows_f16(v_cache_ptr, tok, ok_t, HEAD_DIM, TILE)
+            k = tl.trans(_load_fp8_rows_f16(k_cache_ptr, tok, ok_t, HEAD_DIM, TILE))
         elif MASKED or not EVEN_D:
             ok = (pos < kv_end)[:, None] & (offs_d < HEAD_DIM)[None, :]
             v = tl.load(v_cache_ptr + rows_ptr, mask=ok, other=0.0)
@@ -340,12 +329,7 @@ if HAS_TRITON:
             s = tl.dot(q, k.to(q.dtype))
         s = s * qk_scale
         if MASKED:
-            keep = (pos[None, :] <= q_abs[:, None]) & pos_ok[None, :]
-            if GROUP > 1:
-                keep = keep & own
-            s = tl.where(keep, s, float("-inf"))
-        elif GROUP > 1:
-            s = tl.where(own, s, float("-inf"))
+            s = tl.where((pos[None, :] <= q_abs[:, None]) & pos_ok[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         # A row can be fully masked so far (split segments): keep exp2 away from -inf - -inf.
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -515,7 +499,6 @@ if HAS_TRITON:
                 acc, m_i, l_i, q, j, kv_end, q_abs, blk, k_cache_ptr, v_cache_ptr,
                 head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d,
                 HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, False, IEEE, K_ROWS, FP8_PAIRS,
-                True, 1,
             )  # fmt: skip
         for j in range(mid, hi):
             blk, blk_next = blocks_step(
@@ -525,7 +508,6 @@ if HAS_TRITON:
                 acc, m_i, l_i, q, j, kv_end, q_abs, blk, k_cache_ptr, v_cache_ptr,
                 head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d,
                 HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, True, IEEE, K_ROWS, FP8_PAIRS,
-                True, 1,
             )  # fmt: skip
 
         if SPLIT:  # an empty segment leaves max = -inf (its acc is never read)
@@ -637,7 +619,6 @@ def paged_attention(
         qk_prologue is not None
         and persistent
         and cfg.num_splits == 1
-        and cfg.head_group == 1
         and FUSED_QK_ENABLED
         and qk_prologue.fusable(q, kv_cache)
     )
@@ -651,7 +632,7 @@ def paged_attention(
             block_m=cfg.block_m, tile=cfg.tile, num_warps=cfg.num_warps,
             num_stages=cfg.num_stages, k_rows=cfg.k_rows, sms=num_sms(q.device),
             k_scale=k_scale, v_scale=v_scale, seq_order=seq_order, num_segs=cfg.num_splits,
-            qk=qk_prologue if fuse_qk else None, group=cfg.head_group,
+            qk=qk_prologue if fuse_qk else None,
         )  # fmt: skip
     if kv_cache.dtype != FP8_DTYPE:
         k_scale = v_scale = 1.0

@@ -73,6 +73,10 @@ if HAS_TRITON:
 # H200, sweep_decode_attn.py --persistent (2026-12-01): 4/SM beat the unified kernel by
 # 2-10% from batch 128 up, 2-3/SM lost 5-25%, and at batch 64 (one sequence per program) it
 # lost 7%.
+# One kv head a program. Two (each token's two heads read as one 512-byte run, the other
+# head's scores masked; 7c31484, reverted) were slower at every workload batch in five
+# tile / warp / per-SM configs: b256 167.2 us one head, 168.4-191.9 two; workload -3%
+# (H200, session 31, bench_decode_timeline.py --workload).
 PERSISTENT_CTAS_PER_SM = env_int("STRIXLM_ATTN_PERSISTENT_CTAS", 4)
 # STRIXLM_ATTN_PERSISTENT=0 keeps the unified kernel, for A/B runs (read once, at import).
 PERSISTENT_ENABLED = os.environ.get("STRIXLM_ATTN_PERSISTENT", "1") != "0"
@@ -103,16 +107,6 @@ PERSISTENT_SPLIT_MIN_ITEMS = env_float("STRIXLM_ATTN_PERSISTENT_SPLIT_MIN", 0.6)
 # 2026-12-01): with a static deal programs ended 13-58 us apart within 130-270 us launches,
 # even with identical tiles each (busy / span 0.87-0.96).
 DYNAMIC_FRAC = env_float("STRIXLM_ATTN_DYNAMIC_FRAC", 0.6)
-# Kv heads a program (1: one, like the unified kernel). At 2 a tile reads each token's two
-# heads as one 512-byte run (bf16, D 128) against the group's 2G query rows, masking the
-# other head's half of the scores, at half the tokens a tile (the same rows and shared
-# memory a program). bench_read_pattern.py (H200, session 31): the attention's pattern
-# reads 4.38-4.47 TB/s with one head's rows a program, 4.47-4.53 with two heads'.
-# bench_headgroup_decode.py, same call, a probe loop without dynamic items or segments: two
-# heads a program 266.2 vs 268.2 us at b256 over 100-2000 tokens, 129.2 vs 135.4 at b256 x
-# 520. STRIXLM_ATTN_HEAD_GROUP (read at import) for A/B runs; used where it divides the
-# kv heads.
-HEAD_GROUP = env_int("STRIXLM_ATTN_HEAD_GROUP", 1)
 _COUNTERS: dict[tuple[torch.device, int], torch.Tensor] = {}
 
 
@@ -138,23 +132,18 @@ def dynamic_count(num_seqs: int, dynamic_frac: float | None = None) -> int:
     return min(num_seqs, int(num_seqs * frac))
 
 
-def head_group(num_kv_heads: int) -> int:
-    """Kv heads a persistent program reads: HEAD_GROUP where it divides the heads, else 1."""
-    return HEAD_GROUP if HEAD_GROUP > 1 and num_kv_heads % HEAD_GROUP == 0 else 1
-
-
-def persistent_programs(num_seqs: int, num_kv_heads: int, sms: int, group: int = 1) -> int:
-    """Programs per group of `group` kv heads (P): PERSISTENT_CTAS_PER_SM per SM in all, at
-    most one per sequence."""
-    groups = max(1, num_kv_heads // group)
-    return max(1, min(num_seqs, max(1, (sms * PERSISTENT_CTAS_PER_SM) // groups)))
+def persistent_programs(num_seqs: int, num_kv_heads: int, sms: int) -> int:
+    """Programs per kv head (P): PERSISTENT_CTAS_PER_SM per SM in all, at most one per
+    sequence."""
+    per_head = max(1, (sms * PERSISTENT_CTAS_PER_SM) // max(1, num_kv_heads))
+    return max(1, min(num_seqs, per_head))
 
 
 def use_persistent(num_seqs: int, num_kv_heads: int, max_query_len: int, sms: int) -> bool:
     """The persistent grid without splitting: ~2 or more sequences per program."""
     if max_query_len != 1 or not PERSISTENT_ENABLED:
         return False
-    p = persistent_programs(num_seqs, num_kv_heads, sms, head_group(num_kv_heads))
+    p = persistent_programs(num_seqs, num_kv_heads, sms)
     return num_seqs >= PERSISTENT_MIN_ITEMS * p
 
 
@@ -168,7 +157,7 @@ def persistent_segments(
         return 1
     if max_query_len != 1 or not PERSISTENT_ENABLED or PERSISTENT_SPLIT_MIN_ITEMS <= 0:
         return 0
-    full = persistent_programs(1 << 30, num_kv_heads, sms, head_group(num_kv_heads))
+    full = max(1, (sms * PERSISTENT_CTAS_PER_SM) // max(1, num_kv_heads))
     if num_seqs < PERSISTENT_SPLIT_MIN_ITEMS * full or max_seq_len < 4 * tile:
         return 0
     return 2
@@ -258,11 +247,10 @@ if HAS_TRITON:
         DYNAMIC: tl.constexpr,
         PDL: tl.constexpr,
         AHEAD: tl.constexpr = False,
-        GROUP: tl.constexpr = 1,
     ):
         p = tl.program_id(0)
         n_prog = tl.num_programs(0)
-        kv_head = tl.program_id(1)  # with GROUP > 1: the group of kv heads (see HEAD_GROUP)
+        kv_head = tl.program_id(1)
         if TIMING:  # a benchmark's timeline of the programs (bench_decode_timeline.py)
             t_start = globaltimer()
 
@@ -296,21 +284,9 @@ if HAS_TRITON:
 
         offs_m = tl.arange(0, BLOCK_M)
         offs_d = tl.arange(0, DIM_P)
-        # Query rows: the G * GROUP q heads of this program's kv head(s); rows past them are
-        # padding of the MMA tile (one query token).
-        head = kv_head * (G * GROUP) + offs_m % (G * GROUP)
-        row_ok = offs_m < G * GROUP
-        if GROUP > 1:
-            # A tile's K / V rows are (token, head of the group) pairs: each token's GROUP
-            # heads sit side by side in the cache, one contiguous run of GROUP rows.
-            offs_r = tl.arange(0, TILE * GROUP)
-            offs_t = offs_r // GROUP
-            head_off = (kv_head * GROUP + offs_r % GROUP) * stride_ch
-            own = ((offs_m % (G * GROUP)) // G)[:, None] == (offs_r % GROUP)[None, :]
-        else:
-            offs_t = tl.arange(0, TILE)
-            head_off = kv_head * stride_ch
-            own = True
+        offs_t = tl.arange(0, TILE)
+        head = kv_head * G + offs_m % G
+        row_ok = offs_m < G  # one query token: rows G.. are padding of the MMA tile
         io_mask = row_ok[:, None] & (offs_d < HEAD_DIM)[None, :]
         if NUM_SEGS > 1:
             # Empty segments (short sequences) never reach a last tile: mark them empty for
@@ -332,6 +308,7 @@ if HAS_TRITON:
                 G, BLOCK_G, HALF, BLOCK_SIZE, FP8,
             )  # fmt: skip
             tl.debug_barrier()
+        head_off = kv_head * stride_ch
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, DIM_P], dtype=tl.float32)
@@ -391,7 +368,6 @@ if HAS_TRITON:
                 acc, m_i, l_i, q, j, seq_len, q_abs, blk, k_cache_ptr, v_cache_ptr,
                 head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d,
                 HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, True, IEEE, K_ROWS, FP8_PAIRS,
-                own, GROUP,
             )  # fmt: skip
             if last:
                 if NUM_SEGS > 1:  # a partial row for the merge, in the unified layout
@@ -451,7 +427,7 @@ if HAS_TRITON:
                         acc, m_i, l_i, q, j, seq_len, q_abs, blk, k_cache_ptr, v_cache_ptr,
                         head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d,
                         HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, True, IEEE, K_ROWS,
-                        FP8_PAIRS, own, GROUP,
+                        FP8_PAIRS,
                     )  # fmt: skip
                 if NUM_SEGS > 1:  # the segment's partial row (an empty one: max -inf, sum 0)
                     row = (tok * NUM_Q_HEADS + head) * NUM_SEGS + i % NUM_SEGS
@@ -500,7 +476,6 @@ def paged_decode_persistent(
     qk: QKNormRopeWrite | None = None,
     timing: torch.Tensor | None = None,
     dynamic_frac: float | None = None,
-    group: int | None = None,
 ) -> torch.Tensor:
     """Decode attention (each sequence 0 or 1 query tokens) with the persistent grid; the
     arguments are paged_attention's. num_segs > 1 splits every sequence into that many
@@ -511,18 +486,14 @@ def paged_decode_persistent(
     the q/k norm + rotary on them (q and k in place) and writes K/V to the cache first.
     timing (benchmarks, compiled only): int64 [num_kv_heads * programs * 4] receives each
     program's start and end globaltimer (ns), SM id and tile count. dynamic_frac: the share
-    of sequences whose items are handed out dynamically (None: DYNAMIC_FRAC). group: kv
-    heads a program (None: head_group's; tile is then the tokens a tile, so a tile reads
-    tile * group rows). timing then has a record per head group and program."""
+    of sequences whose items are handed out dynamically (None: DYNAMIC_FRAC)."""
     _, hq, d = q.shape
     _, _, bs, hkv, _ = kv_cache.shape
     num_seqs = seq_lens.shape[0]
     g = hq // hkv
-    group = head_group(hkv) if group is None else group
-    assert hkv % group == 0 and block_m >= g * group, (hkv, group, block_m)
-    assert qk is None or group == 1, "the fused q/k prologue covers one kv head a program"
+    assert block_m >= g
     items = num_seqs * num_segs
-    n_prog = num_programs or persistent_programs(items, hkv, sms, group)
+    n_prog = num_programs or persistent_programs(items, hkv, sms)
     # The fused q/k prologue covers the dealt sequences only: no dynamic ones with it.
     n_dyn = dynamic_count(num_seqs, dynamic_frac) if qk is None else 0
     counters = dynamic_counters(q.device, hkv) if n_dyn else None
@@ -544,7 +515,7 @@ def paged_decode_persistent(
         fuse = qk.kernel_args(kc)
     else:  # never read without FUSE_QK
         fuse = (q, q, seq_lens, seq_lens, q, q, q, q) + (0,) * 7 + (0.0, 1.0, 1.0)
-    _paged_decode_persistent_kernel[(n_prog, hkv // group)](
+    _paged_decode_persistent_kernel[(n_prog, hkv)](
         out,
         q,
         kc,
@@ -583,7 +554,6 @@ def paged_decode_persistent(
         DYNAMIC=n_dyn > 0,
         PDL=pdl,
         AHEAD=BLOCKS_AHEAD,
-        GROUP=group,
         num_warps=num_warps,
         num_stages=num_stages,
         launch_pdl=pdl,
