@@ -208,6 +208,11 @@
 #           kernel (STRIXLM_ATTN_HEAD_GROUP, code in 7c31484, reverted): slower per launch
 #           at every workload batch in five configs (b256: 167.2 us one head, 168.4-191.9
 #           two) and the workload 26,935-26,980 vs 27,771-27,810 tok/s
+#   headmajor  the engine's decode attention on the same cache stored head-major within each
+#           block (4 KB runs a head, not 256 B rows; a strided view, sweep_decode_attn.py
+#           --quick). Sessions 5 and 13 saw no gain with single-buffered K / V; since session 29
+#           they are double-buffered, and session 31's read probe put the attention's row
+#           pattern 1-3% under whole blocks (not yet run)
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
@@ -754,6 +759,11 @@ if has split29ab; then  # the unified kernel's split target, 2.9 vs 2 programs a
     done
   done
   grep "strixlm  " "$OUT"/tp_c*.log
+fi
+if has headmajor; then  # head-major blocks with the double-buffered kernels
+  run headmajor 150 python benchmarks/gpu/sweep_decode_attn.py --quick --budget-s 120 \
+    --json "$OUT/sweep_quick.json"
+  grep -E "heuristic|head-major|longest" "$OUT/headmajor.log"
 fi
 if has closing; then
   run e2e 240 python benchmarks/gpu/check_e2e.py
