@@ -20,12 +20,14 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
 @pytest.mark.parametrize(
-    ("group", "kv", "random", "tile", "head_fast"),
-    [(bench.HEADS, False, False, 16, False), (bench.HEADS, True, True, 16, False),
-     (1, False, True, 64, False), (1, True, True, 32, False), (1, True, False, 32, True),
-     (2, False, True, 32, True), (4, True, True, 16, False)],
+    ("group", "kv", "random", "tile", "head_fast", "head_major"),
+    [(bench.HEADS, False, False, 16, False, False), (bench.HEADS, True, True, 16, False, False),
+     (1, False, True, 64, False, False), (1, True, True, 32, False, False),
+     (1, True, False, 32, True, False), (2, False, True, 32, True, False),
+     (4, True, True, 16, False, False), (1, False, True, 64, False, True),
+     (1, True, True, 32, False, True), (2, True, False, 16, True, True)],
 )  # fmt: skip
-def test_read_blocks_sums_what_the_pattern_names(group, kv, random, tile, head_fast):
+def test_read_blocks_sums_what_the_pattern_names(group, kv, random, tile, head_fast, head_major):
     g = torch.Generator().manual_seed(tile + group + kv)
     pool_blocks, programs = 24, 3
     pool = torch.randn((2, pool_blocks, bench.BS, bench.HEADS, bench.D), generator=g)
@@ -33,9 +35,12 @@ def test_read_blocks_sums_what_the_pattern_names(group, kv, random, tile, head_f
     ids = bench.block_ids(pool_blocks, programs * per_prog, random, tile, seed=1)
     assert ids.numel() == programs * per_prog + tile // bench.BS
     got = bench.read_blocks(
-        pool, ids, programs, group=group, kv=kv, tile=tile, warps=4, head_fast=head_fast
+        pool, ids, programs, group=group, kv=kv, tile=tile, warps=4, head_fast=head_fast,
+        head_major=head_major,
+    )  # fmt: skip
+    ref = bench.read_blocks_ref(
+        pool, ids, programs, group=group, kv=kv, tile=tile, head_major=head_major
     )
-    ref = bench.read_blocks_ref(pool, ids, programs, group=group, kv=kv, tile=tile)
     assert got.shape == (programs, bench.HEADS // group)
     torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-3)
 
@@ -45,12 +50,13 @@ import sys
 sys.path.insert(0, "benchmarks/gpu")
 import bench_read_pattern as bench
 
-shapes = ((8, False, 16, 8), (1, True, 32, 2), (1, False, 64, 2), (2, True, 16, 4))
-for group, kv, tile, warps in shapes:
+shapes = ((8, False, 16, 8, False), (1, True, 32, 2, False), (1, False, 64, 2, False),
+          (2, True, 16, 4, False), (1, True, 32, 2, True))
+for group, kv, tile, warps, head_major in shapes:
     sig = dict(pool_ptr="*bf16", ids_ptr="*i32", out_ptr="*fp32", tiles_per_prog="i32",
                half_stride="i32")
-    c = dict(GROUP=group, HEAD_FAST=False, KV=kv, TILE=tile, BS=bench.BS, HEADS=bench.HEADS,
-             D=bench.D)
+    c = dict(GROUP=group, HEAD_FAST=False, KV=kv, HEAD_MAJOR=head_major, TILE=tile,
+             BS=bench.BS, HEADS=bench.HEADS, D=bench.D)
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(5)}
     src = ASTSource(bench._read_blocks_kernel, {**sig, **{k: "constexpr" for k in c}}, c, attrs)
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32),

@@ -14,10 +14,13 @@ time, with a sum in place of the attention math:
 - launch order: the heads' programs numbered head by head, or side by side (programs next
   to each other read the same blocks' other heads);
 - kv: one pool half (K) or both (K and V, as attention reads them);
+- layout: token-major blocks (the engine's: a token's heads side by side) or head-major
+  (a head's 16 tokens side by side: one head's rows of a block are one 4 KB run);
 - pool: the draw from a small pool or a large one (address-translation reach).
 Session 30 (H200, 1 GiB a launch): whole blocks 4.42-4.51 TB/s, one head's rows 4.27-4.38,
-attention-like 4.32-4.39; a 2 or 64 GiB pool read the same. The head groups and the launch
-order were added after that run.
+attention-like 4.32-4.39; a 2 or 64 GiB pool read the same. Session 31 (another machine):
+attention-like 4.38-4.47, two heads' rows 4.47-4.53, heads side by side no change. The
+head-major patterns were added after that run.
 Each kernel is a persistent grid (programs per SM x SMs in all); program p walks its
 share of the block list a tile at a time, its block ids loaded a tile ahead (as the engine's
 kernels do) so Triton can multi-buffer the tile loads. Times are CUDA-graph replays.
@@ -50,6 +53,7 @@ def _read_blocks_kernel(
     GROUP: tl.constexpr,
     HEAD_FAST: tl.constexpr,
     KV: tl.constexpr,
+    HEAD_MAJOR: tl.constexpr,
     TILE: tl.constexpr,
     BS: tl.constexpr,
     HEADS: tl.constexpr,
@@ -69,7 +73,14 @@ def _read_blocks_kernel(
         p = pid % programs
         g = pid // programs
     offs_t = tl.arange(0, TILE)
-    cols = g * GROUP * D + tl.arange(0, GROUP * D)
+    if HEAD_MAJOR:  # a block is [HEADS, BS, D]
+        tok_stride: tl.constexpr = D
+        head_stride: tl.constexpr = BS * D
+    else:  # [BS, HEADS, D], the engine's layout
+        tok_stride: tl.constexpr = HEADS * D
+        head_stride: tl.constexpr = D
+    c = tl.arange(0, GROUP * D)
+    cols = (g * GROUP + c // D) * head_stride + c % D
     acc = tl.zeros([16, GROUP * D], dtype=tl.float32)
     # The tiles feed a dot (as attention's V tiles do), so they go through shared memory
     # and Triton copies them there asynchronously, stages ahead; a plain sum would keep
@@ -81,7 +92,7 @@ def _read_blocks_kernel(
         blk = nxt
         # The ids array has one spare tile at the end, so this read stays in bounds.
         nxt = tl.load(base + (i + 1) * (TILE // BS) + offs_t // BS).to(tl.int64)
-        rows = blk * (BS * HEADS * D) + (offs_t % BS).to(tl.int64) * (HEADS * D)
+        rows = blk * (BS * HEADS * D) + (offs_t % BS).to(tl.int64) * tok_stride
         ptrs = pool_ptr + rows[:, None] + cols[None, :]
         acc = tl.dot(ones, tl.load(ptrs), acc)
         if KV:
@@ -100,11 +111,13 @@ def read_blocks(
     tile: int,
     warps: int,
     head_fast: bool = False,
+    head_major: bool = False,
     stages: int = 3,
 ) -> torch.Tensor:
     """Per program and head group sums of the blocks ids names, read as the pattern says.
 
-    pool: [2, num_blocks, BS, HEADS, D] (K then V); ids: int32 [programs * tiles * tile // BS
+    pool: [2, num_blocks, BS, HEADS, D] (K then V; with head_major its memory holds each
+    block as [HEADS, BS, D]); ids: int32 [programs * tiles * tile // BS
     + tile // BS] (a spare tile of ids at the end); each program reads a contiguous share of
     group heads' rows (HEADS: whole blocks). Returns [programs, HEADS // group] float32."""
     per_tile = tile // BS
@@ -113,14 +126,17 @@ def read_blocks(
     out = torch.empty((programs, groups), dtype=torch.float32, device=pool.device)
     _read_blocks_kernel[(programs * groups,)](
         pool, ids, out, tiles, pool.stride(0), GROUP=group, HEAD_FAST=head_fast, KV=kv,
-        TILE=tile, BS=BS, HEADS=HEADS, D=D, num_warps=warps, num_stages=stages,
+        HEAD_MAJOR=head_major, TILE=tile, BS=BS, HEADS=HEADS, D=D, num_warps=warps,
+        num_stages=stages,
     )  # fmt: skip
     return out
 
 
 def read_blocks_ref(pool: torch.Tensor, ids: torch.Tensor, programs: int, *, group: int,
-                    kv: bool, tile: int) -> torch.Tensor:  # fmt: skip
+                    kv: bool, tile: int, head_major: bool = False) -> torch.Tensor:  # fmt: skip
     """read_blocks in torch."""
+    if head_major:  # the same memory read as [2, blocks, HEADS, BS, D]
+        pool = pool.view(pool.shape[0], pool.shape[1], HEADS, BS, D).transpose(2, 3)
     per_tile = tile // BS
     tiles = (ids.numel() - per_tile) // (programs * per_tile)
     used = ids[: programs * tiles * per_tile].long().view(programs, tiles * per_tile)
@@ -160,7 +176,8 @@ def main() -> int:
     args = ap.parse_args()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows: list[Row] = []
-    # name, heads a program, K and V, random draw, tile tokens, heads numbered fastest
+    # name, heads a program, K and V, random draw, tile tokens, heads numbered fastest,
+    # head-major blocks
     patterns = [
         ("whole blocks, pool order", HEADS, False, False, 16, False),
         ("whole blocks, random", HEADS, False, True, 16, False),
@@ -172,7 +189,10 @@ def main() -> int:
         ("one head's rows, K and V, random (attention-like)", 1, True, True, 32, False),
         ("one head's rows, K and V, random, heads side by side", 1, True, True, 32, True),
         ("two heads' rows, K and V, random", 2, True, True, 16, False),
+        ("one head's 4 KB runs (head-major), random", 1, False, True, 64, False, True),
+        ("one head's 4 KB runs (head-major), K and V, random", 1, True, True, 32, False, True),
     ]
+    patterns = [p if len(p) == 7 else (*p, False) for p in patterns]
     # (programs an SM, warps) per heads a program: whole blocks take 64 KB of shared memory
     # a program (two 32 KB buffers) and a [16, 1024] fp32 accumulator (4+ warps).
     shapes = {1: ((4, 2), (6, 2), (4, 8)), 2: ((2, 4), (4, 4)), 4: ((2, 4), (4, 4)),
@@ -180,7 +200,7 @@ def main() -> int:
     for pool_gib in args.pool_gib:
         pool_blocks = int(pool_gib * 2**30) // (2 * BLOCK_BYTES)
         pool = torch.ones((2, pool_blocks, BS, HEADS, D), dtype=torch.bfloat16, device="cuda")
-        for name, group, kv, random, tile, head_fast in patterns:
+        for name, group, kv, random, tile, head_fast, head_major in patterns:
             # Bytes read: every head group's programs read the whole block list.
             n_blocks = int(args.read_gib * 2**30) // (BLOCK_BYTES * (2 if kv else 1))
             for per_sm, warps in shapes[group]:
@@ -190,7 +210,7 @@ def main() -> int:
                 read = programs * per_prog * BLOCK_BYTES * (2 if kv else 1)
                 call = functools.partial(
                     read_blocks, pool, ids, programs, group=group, kv=kv, tile=tile,
-                    warps=warps, head_fast=head_fast,
+                    warps=warps, head_fast=head_fast, head_major=head_major,
                 )  # fmt: skip
                 try:
                     us = graph_time_us(call)

@@ -212,7 +212,8 @@
 #           block (4 KB runs a head, not 256 B rows; a strided view, sweep_decode_attn.py
 #           --quick). Sessions 5 and 13 saw no gain with single-buffered K / V; since session 29
 #           they are double-buffered, and session 31's read probe put the attention's row
-#           pattern 1-3% under whole blocks (not yet run)
+#           pattern 1-3% under whole blocks (not yet run). `readpattern` now also reads one
+#           head's 4 KB runs of head-major blocks (not yet run): run both in one call
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
