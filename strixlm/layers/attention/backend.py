@@ -63,9 +63,10 @@ class AttentionBackend(ABC):
 
 # Opt-in (STRIXLM_KV_HEAD_MAJOR=1, read at import): each block's memory head-major,
 # [heads, block_size, head_dim], under the same logical view, so one kv head's tokens of a
-# block are one run (4 KB at Qwen3-0.6B's shape) instead of head_dim rows a token's heads
-# apart. Decode attention reads one head a program. sweep_decode_attn.py saw no gain with
-# single-buffered K / V (sessions 5, 13); not yet measured with the double-buffered kernels.
+# block are one run (4 KB at Qwen3-0.6B's shape), not one 256-byte row a token with the
+# token's other heads between (2 KB apart). Decode attention reads one head a program.
+# sweep_decode_attn.py saw no gain with single-buffered K / V (sessions 5, 13); not yet
+# measured with the double-buffered kernels.
 KV_HEAD_MAJOR = os.environ.get("STRIXLM_KV_HEAD_MAJOR", "0") == "1"
 
 
