@@ -18,7 +18,6 @@ import json
 import logging
 import os
 import platform
-import subprocess
 import time
 from pathlib import Path
 
@@ -37,6 +36,7 @@ from strixlm.benchmarks.workload import (
     warmup_workload,
 )
 from strixlm.config import resolve_device, resolve_dtype
+from strixlm.source_commit import source_commit
 
 logger = logging.getLogger(__name__)
 
@@ -227,17 +227,7 @@ def versions() -> dict:
         v["triton"] = triton.__version__
     except ImportError:
         v["triton"] = None
-    try:  # read-only: the commit the benchmarked code came from
-        head = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=Path(strixlm.__file__).parent,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-        v["strixlm_git"] = head.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        v["strixlm_git"] = None
+    v["strixlm_git"] = source_commit()  # the commit the benchmarked code came from
     return v
 
 
