@@ -197,7 +197,7 @@
 #   headgroup  decode attention with 1 / 2 / 4 / 8 kv heads a program, block ids a tile ahead
 #           (bench_headgroup_decode.py: a probe kernel against the engine's on the same caches;
 #           does a program reading 512 B / 1 KB runs stream faster?), --quick (session 31:
-#           two heads x1.008 / x1.048 against one in the probe's loop, still behind the engine
+#           two heads x1.023 / x1.048 against one in the probe's loop, still behind the engine
 #           at b256 over 100-2000 tokens)
 #   split29ab  the unified kernel's split target at 2.9 programs an SM against 2 (the
 #           default): session 30's tail sweep put 2.9's pick best at every tail shape (b33-b39
