@@ -312,11 +312,11 @@ if HAS_TRITON:
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, DIM_P], dtype=tl.float32)
+        j_base = firsts - los
         if AHEAD:
             # The current item's fields and the next one's (the first with tiles after it),
             # looked up again only where an item ends: each lookup is a few reductions across
             # the program's warps, which the per-tile lookup below pays at every tile.
-            j_base = firsts - los
             c_seq, c_len, c_jb, c_end, c_tok, c_seg = _tile_item(
                 0, idx, seqs, lens, j_base, ends, q_lo, segs
             )  # fmt: skip
@@ -335,19 +335,15 @@ if HAS_TRITON:
                     n_seq, n_len, n_jb, n_end, n_tok, n_seg = _tile_item(
                         c_end, idx, seqs, lens, j_base, ends, q_lo, segs
                     )  # fmt: skip
-                seq = c_seq
-                seq_len = c_len
-                j = t - c_jb
-                last = t == c_end - 1
-                tok = c_tok.to(tl.int64)
-            else:
-                # Which item and tile: everything below is a function of t.
-                sel = idx == tl.sum((ends <= t).to(tl.int32), axis=0)
-                seq = tl.sum(tl.where(sel, seqs, 0), axis=0)
-                seq_len = tl.sum(tl.where(sel, lens, 0), axis=0)
-                j = t - tl.sum(tl.where(sel, firsts - los, 0), axis=0)
-                last = t == tl.sum(tl.where(sel, ends, 0), axis=0) - 1
-                tok = tl.sum(tl.where(sel, q_lo, 0), axis=0).to(tl.int64)
+            else:  # the item of tile t, looked up at every tile
+                c_seq, c_len, c_jb, c_end, c_tok, c_seg = _tile_item(
+                    t, idx, seqs, lens, j_base, ends, q_lo, segs
+                )  # fmt: skip
+            seq = c_seq
+            seq_len = c_len
+            j = t - c_jb
+            last = t == c_end - 1
+            tok = c_tok.to(tl.int64)
             q = load_q_rows(q_ptr, tok, head, stride_qt, stride_qh, offs_d, io_mask, k_cache_ptr)
             q_abs = tl.zeros([BLOCK_M], dtype=tl.int32) + (seq_len - 1)
             if AHEAD:
@@ -371,11 +367,7 @@ if HAS_TRITON:
             )  # fmt: skip
             if last:
                 if NUM_SEGS > 1:  # a partial row for the merge, in the unified layout
-                    if AHEAD:
-                        seg = c_seg
-                    else:
-                        seg = tl.sum(tl.where(sel, segs, 0), axis=0)
-                    row = (tok * NUM_Q_HEADS + head) * NUM_SEGS + seg
+                    row = (tok * NUM_Q_HEADS + head) * NUM_SEGS + c_seg
                     store_segment_partial(
                         segm_acc_ptr, segm_max_ptr, segm_sum_ptr, row, row_ok, True, acc, m_i,
                         l_i, offs_d, DIM_P,
