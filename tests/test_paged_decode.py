@@ -411,39 +411,27 @@ def test_persistent_kernel_compiles_for_sm90():
 def test_block_ids_ahead_change_no_value(monkeypatch, segs):
     """The block ids loaded a tile ahead (BLOCKS_AHEAD / UNIFIED_AHEAD) only move loads:
     both kernels give the same bits with them off, for dealt, dynamic and split items and
-    for the unified kernel's prefill-style (mixed) and split decode batches."""
+    for the unified kernel's prefill-style (mixed) and split decode batches. With them on
+    the dealt loop finds its items' fields where an item ends instead of at every tile:
+    checked with one program a head (every item, graph padding's zero-tile ones among them,
+    in one walk) and with three, against the unified kernel too."""
     b = Batch(ROWS, 4, 2, 32, 4, torch.float32, seed=2, pad_tokens=3, pad_seqs=3)
     mixed = Batch([(40, 9), (3, 3), (70, 1), (17, 17)], 4, 2, 32, 4, torch.float32, seed=4)
     outs = {}
     for ahead in (False, True):
         monkeypatch.setattr(pdk, "BLOCKS_AHEAD", ahead)
         monkeypatch.setattr(pa, "UNIFIED_AHEAD", ahead)
-        dealt = _persistent(b, 3, num_segs=segs, dynamic_frac=0.0)
-        dyn = _persistent(b, 3, num_segs=segs, dynamic_frac=0.6)
+        persistent = []
+        for n_prog in (1, 3):
+            persistent.append(_persistent(b, n_prog, num_segs=segs, dynamic_frac=0.0)[: b.t])
+            persistent.append(_persistent(b, n_prog, num_segs=segs, dynamic_frac=0.6)[: b.t])
         cfg = pa.AttnConfig(16, 16, 4, 2, segs)
         split = pa.paged_attention(*_args(b), max_query_len=1, max_seq_len=72, config=cfg)
         m = pa.paged_attention(
             *_args(mixed), max_query_len=17, max_seq_len=70, config=pa.AttnConfig(32, 16, 4, 2)
         )
-        outs[ahead] = (dealt[: b.t], dyn[: b.t], split[: b.t], m[: mixed.t])
+        outs[ahead] = (*persistent, split[: b.t], m[: mixed.t])
     for off, on in zip(outs[False], outs[True], strict=True):
         assert torch.equal(off, on)
-
-
-@pytest.mark.parametrize("segs", [1, 2])
-@pytest.mark.parametrize("n_prog", [1, 3])
-def test_item_lookup_at_item_ends_changes_no_value(monkeypatch, segs, n_prog):
-    """With BLOCKS_AHEAD the dealt loop finds its items' fields where an item ends instead of
-    at every tile: the same bits for dealt and split items, zero-tile items (graph padding)
-    among them, beside the dynamic ones, with one program a head (every item in one walk)
-    and with three."""
-    b = Batch(ROWS, 4, 2, 32, 4, torch.float32, seed=2, pad_tokens=3, pad_seqs=3)
-    outs = []
-    for at_ends in (False, True):
-        monkeypatch.setattr(pdk, "BLOCKS_AHEAD", at_ends)
-        dealt = _persistent(b, n_prog, num_segs=segs, dynamic_frac=0.0)
-        dyn = _persistent(b, n_prog, num_segs=segs, dynamic_frac=0.5)
-        outs.append((dealt[: b.t], dyn[: b.t]))
-    for off, on in zip(*outs, strict=True):
-        assert torch.equal(off, on)
-    assert torch.equal(outs[1][0], _unified(2, segs)[: b.t])
+    unified = _unified(2, segs)[: b.t]
+    assert torch.equal(outs[True][0], unified) and torch.equal(outs[True][2], unified)
