@@ -210,12 +210,10 @@
 #           two) and the workload 26,935-26,980 vs 27,771-27,810 tok/s
 #   headmajor  the engine's decode attention on the same cache stored head-major within each
 #           block (4 KB runs a head, not 256 B rows; a strided view, sweep_decode_attn.py
-#           --quick). Sessions 5 and 13 saw no gain with single-buffered K / V; since session 29
-#           they are double-buffered, and session 31's read probe put the attention's row
-#           pattern 1-3% under whole blocks (not yet run). `readpattern` now also reads one
-#           head's 4 KB runs of head-major blocks. Then the workload with the engine's
-#           head-major caches (STRIXLM_KV_HEAD_MAJOR=1) against the default, aheadab's pairs
-#           (~4 min in all; not yet run)
+#           --quick). Session 32 (double-buffered kernels): even with longest-first token-major
+#           at every shape (b256 259.6 vs 260.8 us, b128 147.1 vs 146.7, b64 91.6 vs 91.9), and
+#           the workload with the engine's head-major caches even with the default (28,172 /
+#           28,122 vs 28,187 / 28,136 tok/s), so the engine's opt-in layout was removed
 #   closing the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #           workload three times after a warm-up, batch-1 / batch-32 step time, online serving
 # Needs the serving wheels in .whl/ for `qwen` (see run_issue3.sh).
@@ -767,7 +765,6 @@ if has headmajor; then  # head-major blocks with the double-buffered kernels
   run headmajor 150 python benchmarks/gpu/sweep_decode_attn.py --quick --budget-s 120 \
     --json "$OUT/sweep_quick.json"
   grep -E "heuristic|head-major|longest" "$OUT/headmajor.log"
-  AHEAD_ENV="STRIXLM_KV_HEAD_MAJOR=1" bash "$0" aheadab
 fi
 if has closing; then
   run e2e 240 python benchmarks/gpu/check_e2e.py

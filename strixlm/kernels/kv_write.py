@@ -35,6 +35,7 @@ def write_kv_ref(
     v_scale: float = 1.0,
 ) -> None:
     """Torch reference: same semantics as write_kv (negative slots are skipped)."""
+    _, nb, bs, h, d = kv_cache.shape
     keep = slots >= 0  # data-dependent shapes are fine here: this path never runs in a graph
     slots, k, v = slots[keep], k[keep], v[keep]
     if kv_cache.dtype == FP8_DTYPE:
@@ -42,18 +43,8 @@ def write_kv_ref(
         k = quantize_fp8_ref(k, k_scale).view(torch.uint8)
         v = quantize_fp8_ref(v, v_scale).view(torch.uint8)
         kv_cache = kv_cache.view(torch.uint8)
-    copy_to_slots(kv_cache[0], slots, k.to(kv_cache.dtype))
-    copy_to_slots(kv_cache[1], slots, v.to(kv_cache.dtype))
-
-
-def copy_to_slots(half: torch.Tensor, slots: torch.Tensor, rows: torch.Tensor) -> None:
-    """rows [N, H, D] into the cache slots (>= 0) of one cache half [blocks, block_size, H,
-    D], token-major or head-major within a block (layers.attention.backend.allocate_kv_cache)."""
-    nb, bs, h, d = half.shape
-    if half.stride(0) == bs * half.stride(1):  # token-major: a slot is one dimension
-        half.view(nb * bs, h, d).index_copy_(0, slots, rows)
-    else:  # head-major: block and offset do not merge into one stride
-        half[slots // bs, slots % bs] = rows
+    kv_cache[0].view(nb * bs, h, d).index_copy_(0, slots, k.to(kv_cache.dtype))
+    kv_cache[1].view(nb * bs, h, d).index_copy_(0, slots, v.to(kv_cache.dtype))
 
 
 def dequantize_cache(kv_cache: torch.Tensor, k_scale: float, v_scale: float) -> torch.Tensor:

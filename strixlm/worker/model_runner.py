@@ -18,7 +18,7 @@ import torch
 from strixlm.config import EngineConfig
 from strixlm.core.kv_cache_manager import MAMBA, KVCacheGroupSpec
 from strixlm.core.scheduler import SchedulerOutput
-from strixlm.layers.attention.backend import AttentionBackend, allocate_kv_cache
+from strixlm.layers.attention.backend import AttentionBackend, kv_cache_shape
 from strixlm.layers.attention.torch_paged import TorchPagedAttention
 from strixlm.models.loader import load_model
 from strixlm.sample.forced_tokens import ThinkingBudgetTable
@@ -227,12 +227,10 @@ class ModelRunner:
             self._init_hybrid_cache(num_blocks)
         else:
             a = self.attn_layers[0]
+            shape = kv_cache_shape(num_blocks, self.block_size, a.num_kv_heads, a.head_dim)
             self.kv_caches = []
             for layer in self.attn_layers:
-                t = allocate_kv_cache(
-                    num_blocks, self.block_size, a.num_kv_heads, a.head_dim, self.kv_dtype,
-                    self.device,
-                )  # fmt: skip
+                t = torch.zeros(shape, dtype=self.kv_dtype, device=self.device)
                 layer.kv_cache = t
                 self.kv_caches.append(t)
         sc = self.config.scheduler

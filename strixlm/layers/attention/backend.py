@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from abc import ABC, abstractmethod
 
 import torch
@@ -15,7 +14,6 @@ class AttentionBackend(ABC):
     attend reads it; forward does both.
 
     kv_cache layout: [2, num_blocks, block_size, num_kv_heads, head_dim]; index 0 holds K.
-    Its memory may be head-major within a block (allocate_kv_cache): use its strides.
     """
 
     name: str = "abstract"
@@ -61,32 +59,5 @@ class AttentionBackend(ABC):
         return self.attend(q, kv_cache, md)
 
 
-# Opt-in (STRIXLM_KV_HEAD_MAJOR=1, read at import): each block's memory head-major,
-# [heads, block_size, head_dim], under the same logical view, so one kv head's tokens of a
-# block are one run (4 KB at Qwen3-0.6B's shape), not one 256-byte row a token with the
-# token's other heads between (2 KB apart). Decode attention reads one head a program.
-# sweep_decode_attn.py saw no gain with single-buffered K / V (sessions 5, 13); not yet
-# measured with the double-buffered kernels.
-KV_HEAD_MAJOR = os.environ.get("STRIXLM_KV_HEAD_MAJOR", "0") == "1"
-
-
 def kv_cache_shape(num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int) -> tuple:
     return (2, num_blocks, block_size, num_kv_heads, head_dim)
-
-
-def allocate_kv_cache(
-    num_blocks: int,
-    block_size: int,
-    num_kv_heads: int,
-    head_dim: int,
-    dtype: torch.dtype,
-    device: torch.device | str,
-    head_major: bool | None = None,
-) -> torch.Tensor:
-    """A zeroed cache of kv_cache_shape's logical shape; head-major blocks in memory when
-    head_major (None: KV_HEAD_MAJOR)."""
-    if not (KV_HEAD_MAJOR if head_major is None else head_major):
-        shape = kv_cache_shape(num_blocks, block_size, num_kv_heads, head_dim)
-        return torch.zeros(shape, dtype=dtype, device=device)
-    shape = (2, num_blocks, num_kv_heads, block_size, head_dim)
-    return torch.zeros(shape, dtype=dtype, device=device).transpose(2, 3)
