@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
+from block_layouts import contiguous_order, engine_order, prompt_lengths, relayout  # noqa: E402
 from check_attention import (  # noqa: E402
     DTYPE,
     HKV,
@@ -307,6 +308,21 @@ def main() -> None:
         hm_fn = attn_call(q, hm, md, False, heur, seq_order=order)
         hm_err = rel_err(hm_fn(), ref)[0]
         t_hm = graph_time_us(hm_fn)
+        del hm
+        # The same batch with its blocks placed as the engine's pool hands them out (each
+        # prompt one run, decode blocks interleaved in step order) and one run a sequence.
+        t_place = {}
+        prompts = prompt_lengths(ctxs)
+        for place, ids in (
+            ("engine", engine_order(ctxs, prompts, cache.shape[2])),
+            ("contiguous", contiguous_order(ctxs, cache.shape[2])),
+        ):
+            c2, bt2 = relayout(cache, md.block_table, ids)
+            md2 = dataclasses.replace(md, block_table=bt2)
+            fn2 = attn_call(q, c2, md2, False, heur, seq_order=order)
+            t_place[place] = (graph_time_us(fn2), rel_err(fn2(), ref)[0])
+            del c2, fn2
+            torch.cuda.empty_cache()
         splits = sorted({1, 2, 4, heur.num_splits} | ({8, 16} if b <= 32 else set()))
         cfgs = [
             pa.AttnConfig(16, tile, w, st, sp)
@@ -334,6 +350,9 @@ def main() -> None:
         print(f"    same config, longest contexts first: {t_ordered:.1f} us")
         print(f"    same, head-major blocks: {t_hm:.1f} us ({kv_bytes / t_hm / 1e6:.2f} TB/s,"
               f" rel err {hm_err:.1e})")  # fmt: skip
+        for place, (t, err) in t_place.items():
+            print(f"    same, blocks placed {place}: {t:.1f} us ({kv_bytes / t / 1e6:.2f} TB/s,"
+                  f" rel err {err:.1e})")  # fmt: skip
         for t, c in times[:5]:
             print(f"    {t:8.1f} us {kv_bytes / t / 1e6:5.2f} TB/s  {c}")
         results.append(
@@ -343,6 +362,8 @@ def main() -> None:
                 "t_heuristic_us": t_heur,
                 "t_search_grid_us": t_search,
                 "t_longest_first_us": t_ordered,
+                "t_head_major_us": t_hm,
+                "t_placed_us": {k: v[0] for k, v in t_place.items()},
                 "kv_bytes": kv_bytes,
                 "best": [(t, str(c)) for t, c in times[:8]],
             }
