@@ -13,14 +13,14 @@
 # where the container allows it.
 SECTIONS=none
 source benchmarks/gpu/lib.sh
-M=strixlm/benchmarks/configs/qwen3-0.6b
+M=${M:-strixlm/benchmarks/configs/qwen3-0.6b}  # M / SERVE_ARGS / BENCH_ARGS: a CPU smoke run
 SPY=
 if ls .whl_extra/py_spy-*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --target /tmp/spy .whl_extra/py_spy-*.whl \
     && SPY=/tmp/spy/bin/py-spy
 fi
 python -m strixlm.entrypoints.cli serve $M --load-format dummy --dtype bfloat16 --port 8000 \
-  --max-num-seqs 256 --max-num-batched-tokens 8192 --log-stats-interval 1 \
+  --max-num-seqs 256 --max-num-batched-tokens 8192 --log-stats-interval 1 ${SERVE_ARGS:-} \
   > "$OUT/where_server.log" 2>&1 &
 SERVER=$!
 for _ in $(seq 240); do curl -sf localhost:8000/health >/dev/null && break; sleep 0.5; done
@@ -28,7 +28,8 @@ for r in 1 2 3; do
   python benchmarks/gpu/proc_cpu.py $SERVER > "$OUT/cpu_before_$r.json"
   t0=$(date +%s%N)
   (python -m strixlm.entrypoints.cli bench serve --port 8000 --num-prompts 500 \
-    --random-input-len 512 --random-output-len 128 --output-json "$OUT/where_$r.json"; times) \
+    --random-input-len 512 --random-output-len 128 --output-json "$OUT/where_$r.json" \
+    ${BENCH_ARGS:-}; times) \
     > "$OUT/where_client_$r.log" 2>&1 &
   CLIENT=$!
   if [[ $r == 3 && -n $SPY ]]; then
