@@ -52,5 +52,5 @@ for r in 1 2 3; do
   tail -2 "$OUT/where_client_$r.log"
   sleep 2
 done
-wait
+wait $(jobs -p | grep -v "^$SERVER$") 2>/dev/null || true
 kill $SERVER; wait
