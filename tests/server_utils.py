@@ -114,8 +114,16 @@ class CliServer:
 class RemoteServer(CliServer):
     """`strixlm serve [MODEL] ARGS...` in a subprocess."""
 
-    def __init__(self, model: str | None, *args: str, timeout: float = 300.0) -> None:
-        super().__init__(["serve", *([model] if model else []), *args], timeout=timeout)
+    def __init__(
+        self,
+        model: str | None,
+        *args: str,
+        timeout: float = 300.0,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(
+            ["serve", *([model] if model else []), *args], timeout=timeout, extra_env=extra_env
+        )
 
 
 class EarlyServer:

@@ -6,6 +6,9 @@ import argparse
 import json
 import os
 import signal
+import sys
+import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -13,14 +16,22 @@ from server_utils import RemoteServer
 
 from strixlm.benchmarks import serve as bench_serve
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "gpu"))
+import stream_trace_join  # noqa: E402
+
 API_KEY = "sk-bench"
 
 
 @pytest.fixture(scope="module")
-def server(tiny_llama_dir):
+def trace_path(tmp_path_factory):
+    return tmp_path_factory.mktemp("trace") / "stream_trace.jsonl"
+
+
+@pytest.fixture(scope="module")
+def server(tiny_llama_dir, trace_path):
     srv = RemoteServer(
         tiny_llama_dir, "--max-model-len", "256", "--kv-cache-memory", str(32 << 20),
-        "--api-key", API_KEY,
+        "--api-key", API_KEY, extra_env={"STRIXLM_STREAM_TRACE": str(trace_path)},
     )  # fmt: skip
     yield srv
     srv.close()
@@ -60,6 +71,31 @@ def test_bench_serve_poisson_chat(server, tmp_path):
         _args(server, tmp_path, "--request-rate", "20", "--endpoint", "/v1/chat/completions")
     )
     assert result["successful_requests"] == 4 and result["total_output_tokens"] == 20
+
+
+def test_stream_trace_lines_up_with_the_client(server, tmp_path, trace_path):
+    """STRIXLM_STREAM_TRACE's server stamps and the bench's client stamps share one clock:
+    every request joins by its response id, and each token's path runs forward in time."""
+    bench_serve.run(_args(server, tmp_path))
+    reqs = json.loads((tmp_path / "bench.json").read_text())["requests"]
+    ids = {r["server_id"] for r in reqs}
+    assert len(ids) == 4 and all(i.startswith("cmpl-") for i in ids)
+    deadline = time.monotonic() + 30  # a line is written once the last write returned
+    while time.monotonic() < deadline:
+        lines = [json.loads(x) for x in trace_path.read_text().splitlines()]
+        if ids <= {t["id"] for t in lines}:
+            break
+        time.sleep(0.1)
+    pairs = stream_trace_join.join(lines, reqs)
+    assert len(pairs) == 4
+    for s, c in pairs:
+        assert s["routed"] >= 1 and s["bodies"] >= 2 and s["streamed"]  # tokens, then [DONE]
+        order = [c["t_start"], s["arrival"], s["routed_first"], s["body_first"], c["t_first"]]
+        assert order == sorted(order), (s, c)
+        order = [s["routed_last"], s["body_last"], s["sent_last"]]
+        assert order == sorted(order) and c["t_first"] <= c["t_last"], (s, c)
+    table = stream_trace_join.stage_table(pairs)
+    assert len(table) == len(stream_trace_join.STAGES)
 
 
 def test_sigterm_stops_server_and_engine(server):

@@ -46,3 +46,13 @@ def test_generate_runs_frozen_and_unfreezes(tiny_qwen3_dir, monkeypatch) -> None
     assert len(out[0].outputs[0].token_ids) == 3
     assert seen and min(seen) > 0  # every step ran with the heap frozen
     assert gc.get_freeze_count() == 0  # and the call left nothing frozen
+
+
+def test_api_process_freezes_only_when_opted_in(monkeypatch) -> None:
+    monkeypatch.delenv("STRIXLM_API_GC_FREEZE", raising=False)
+    assert not gc_freeze.freeze_api_process() and gc.get_freeze_count() == 0
+    monkeypatch.setenv("STRIXLM_API_GC_FREEZE", "1")
+    try:
+        assert gc_freeze.freeze_api_process() and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()

@@ -57,6 +57,12 @@ class _Result:
     ttft: float = 0.0
     e2e: float = 0.0
     itl: list[float] = field(default_factory=list)
+    # The response's id and time.monotonic() at send, first and last token: the server's
+    # STRIXLM_STREAM_TRACE stamps on the same clock (benchmarks/gpu/stream_trace_join.py).
+    server_id: str = ""
+    t_start: float = 0.0
+    t_first: float = 0.0
+    t_last: float = 0.0
 
 
 def _base_url(args: argparse.Namespace) -> str:
@@ -84,7 +90,7 @@ def _payload(args: argparse.Namespace, model: str, ids: list[int]) -> dict:
 
 
 async def _one(session: aiohttp.ClientSession, url: str, body: dict, prompt_len: int) -> _Result:
-    res = _Result(prompt_len=prompt_len)
+    res = _Result(prompt_len=prompt_len, t_start=time.monotonic())
     start = time.perf_counter()
     last = start
     chunks = 0
@@ -104,6 +110,7 @@ async def _one(session: aiohttp.ClientSession, url: str, body: dict, prompt_len:
                 if "error" in msg:
                     res.error = msg["error"].get("message", str(msg))
                     return res
+                res.server_id = res.server_id or msg.get("id", "")
                 if msg.get("usage"):
                     res.output_tokens = msg["usage"]["completion_tokens"]
                     res.prompt_len = msg["usage"]["prompt_tokens"]
@@ -120,6 +127,8 @@ async def _one(session: aiohttp.ClientSession, url: str, body: dict, prompt_len:
                 last = now
                 chunks += 1
         res.e2e = time.perf_counter() - start
+        res.t_first = res.t_start + res.ttft
+        res.t_last = res.t_start + (last - start)
         res.output_tokens = res.output_tokens or chunks
         res.ok = chunks > 0
         if not res.ok:

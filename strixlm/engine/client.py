@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from strixlm.config import EngineConfig
+from strixlm.engine import stream_trace
 from strixlm.engine.core import StepStats
 from strixlm.engine.model_info import ModelInfo
 from strixlm.engine.output_merge import merge_delta_outputs
@@ -188,9 +189,12 @@ class AsyncEngineClient:
         if to_abort:
             self.in_q.put(("abort", to_abort))
         now = time.monotonic()
+        trace = stream_trace.TRACE
         for ro in results:
             for fn in self._listeners:
                 fn(ro, now)
+            if trace is not None:
+                trace.routed(ro.request_id, now)
             q = self.queues.get(ro.request_id)
             if q is not None:
                 q.put_nowait(ro)

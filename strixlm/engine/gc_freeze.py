@@ -9,6 +9,10 @@ them, and cycles created later are still collected.
 The engine process freezes once, for its whole life. In-process use (LLM.generate) freezes
 only for the call and unfreezes after it, so a library user's later cyclic garbage, or a
 deleted engine, is collected as usual. STRIXLM_GC_FREEZE=0 turns both off (A/B runs).
+
+The API server's process (tokenizer, FastAPI, the imports) can freeze its start-up heap
+too, once it is up: opt-in (STRIXLM_API_GC_FREEZE=1) until measured under a loaded
+server (benchmarks/gpu/serve_where.sh).
 """
 
 from __future__ import annotations
@@ -30,6 +34,15 @@ def freeze_for_process() -> None:
     if enabled():
         gc.collect()
         gc.freeze()
+
+
+def freeze_api_process() -> bool:
+    """The API server's process, once started: collect, then freeze, if opted in."""
+    if os.environ.get("STRIXLM_API_GC_FREEZE", "0") != "1":
+        return False
+    gc.collect()
+    gc.freeze()
+    return True
 
 
 @contextmanager

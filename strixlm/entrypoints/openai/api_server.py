@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from strixlm.config import EngineConfig
+from strixlm.engine import gc_freeze
 from strixlm.engine.client import AsyncEngineClient, EngineDeadError
 from strixlm.entrypoints.openai.chat_parsing import ChatParsingOptions
 from strixlm.entrypoints.openai.metrics import CONTENT_TYPE, ServerMetrics
@@ -71,6 +72,8 @@ def build_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         await client.attach()
+        if gc_freeze.freeze_api_process():
+            logger.info("API process: start-up heap frozen (STRIXLM_API_GC_FREEZE=1)")
         yield
         client.shutdown()
 

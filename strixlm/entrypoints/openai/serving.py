@@ -13,6 +13,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
+from strixlm.engine import stream_trace
 from strixlm.engine.client import AsyncEngineClient, EngineDeadError
 from strixlm.engine.request import RequestOutput, SamplingParams
 from strixlm.entrypoints.openai.metrics import ServerMetrics
@@ -211,6 +212,8 @@ class ServingBase:
         """Queue one request; a bad prompt raises here, before any response has started."""
         if self.metrics is not None:
             self.metrics.on_arrival(request_id)
+        if stream_trace.TRACE is not None:
+            stream_trace.TRACE.arrival(request_id)
         gen = self.client.generate(prompt_ids, params, request_id, prompt)
         first = asyncio.ensure_future(anext(gen))
         # One loop turn runs generate() up to its first await, i.e. through the validation
@@ -229,6 +232,14 @@ class ServingBase:
     def done(self, request_id: str, num_unfinished: int) -> None:
         if self.metrics is not None:
             self.metrics.on_done(request_id, num_unfinished)
+        if stream_trace.TRACE is not None:
+            stream_trace.TRACE.handler_done(request_id)
+
+
+def traced_body(rid: str, body: AsyncIterator[str]) -> AsyncIterator[str]:
+    """A streamed response's body, timed per chunk when STRIXLM_STREAM_TRACE is set."""
+    trace = stream_trace.TRACE
+    return body if trace is None else trace.body(rid, body)
 
 
 def stream_error_event(e: Exception) -> str:

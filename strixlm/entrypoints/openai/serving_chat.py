@@ -63,6 +63,7 @@ from strixlm.entrypoints.openai.serving import (
     server_error,
     sse,
     stream_error_event,
+    traced_body,
 )
 from strixlm.parsers.reasoning import get_reasoning_parser
 from strixlm.parsers.tools import get_tool_parser
@@ -174,7 +175,7 @@ class ServingChat(ServingBase):
         stream = await self.start(prompt_ids, params, rid, prompt_text, FIELDS)
         if req.stream:
             return StreamingResponse(
-                self.stream(req, rid, stream, len(prompt_ids), outputs),
+                traced_body(rid, self.stream(req, rid, stream, len(prompt_ids), outputs)),
                 media_type="text/event-stream",
             )
         work = self.full(req, rid, stream, len(prompt_ids), outputs, plan)

@@ -31,6 +31,7 @@ from strixlm.entrypoints.openai.serving import (
     server_error,
     sse,
     stream_error_event,
+    traced_body,
 )
 from strixlm.entrypoints.openai.serving_chat import clamp_logprob, usage
 
@@ -93,7 +94,7 @@ class ServingCompletion(ServingBase):
         ]
         n_prompt = sum(len(ids) for ids, _ in prompts)
         if req.stream:
-            body = self.stream(req, rid, sub_ids, streams, choices, n_prompt)
+            body = traced_body(rid, self.stream(req, rid, sub_ids, streams, choices, n_prompt))
             return StreamingResponse(body, media_type="text/event-stream")
         work = self.full(req, rid, sub_ids, streams, choices, n_prompt)
         resp = await unless_disconnected(raw, work)
