@@ -48,10 +48,11 @@ def test_generate_runs_frozen_and_unfreezes(tiny_qwen3_dir, monkeypatch) -> None
     assert gc.get_freeze_count() == 0  # and the call left nothing frozen
 
 
-def test_api_process_freezes_only_when_opted_in(monkeypatch) -> None:
-    monkeypatch.delenv("STRIXLM_API_GC_FREEZE", raising=False)
-    assert not gc_freeze.freeze_api_process() and gc.get_freeze_count() == 0
-    monkeypatch.setenv("STRIXLM_API_GC_FREEZE", "1")
+def test_api_process_freezes_unless_turned_off(monkeypatch) -> None:
+    for var in ("STRIXLM_API_GC_FREEZE", "STRIXLM_GC_FREEZE"):
+        monkeypatch.setenv(var, "0")
+        assert not gc_freeze.freeze_api_process() and gc.get_freeze_count() == 0
+        monkeypatch.delenv(var)
     try:
         assert gc_freeze.freeze_api_process() and gc.get_freeze_count() > 0
     finally:

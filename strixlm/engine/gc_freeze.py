@@ -10,9 +10,11 @@ The engine process freezes once, for its whole life. In-process use (LLM.generat
 only for the call and unfreezes after it, so a library user's later cyclic garbage, or a
 deleted engine, is collected as usual. STRIXLM_GC_FREEZE=0 turns both off (A/B runs).
 
-The API server's process (tokenizer, FastAPI, the imports) can freeze its start-up heap
-too, once it is up: opt-in (STRIXLM_API_GC_FREEZE=1) until measured under a loaded
-server (benchmarks/gpu/serve_where.sh).
+The API server's process (tokenizer, FastAPI, the imports) freezes its start-up heap too,
+once it is up: under a GPU-paced token source its event loop spent much of a burst in
+collections that walked that heap (benchmarks/serve_path_probe.py, session 32: 500 x 128
+tokens at a 3 ms step, 116 / 130 req/s unfrozen vs 151 / 156 frozen).
+STRIXLM_API_GC_FREEZE=0 turns that one off, STRIXLM_GC_FREEZE=0 all of them.
 """
 
 from __future__ import annotations
@@ -37,8 +39,8 @@ def freeze_for_process() -> None:
 
 
 def freeze_api_process() -> bool:
-    """The API server's process, once started: collect, then freeze, if opted in."""
-    if os.environ.get("STRIXLM_API_GC_FREEZE", "0") != "1":
+    """The API server's process, once started: collect, then freeze (unless turned off)."""
+    if not enabled() or os.environ.get("STRIXLM_API_GC_FREEZE", "1") == "0":
         return False
     gc.collect()
     gc.freeze()

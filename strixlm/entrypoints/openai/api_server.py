@@ -73,7 +73,7 @@ def build_app(
     async def lifespan(app: FastAPI):
         await client.attach()
         if gc_freeze.freeze_api_process():
-            logger.info("API process: start-up heap frozen (STRIXLM_API_GC_FREEZE=1)")
+            logger.info("API process: start-up heap frozen (STRIXLM_API_GC_FREEZE=0 to keep it)")
         yield
         client.shutdown()
 
