@@ -117,7 +117,7 @@ def main() -> None:
                     sched = SchedulerStats(len(running), len(waiting), 0.0, 0, 0, 0)
                     msg = ("outputs", outs, StepStats(sched, 0, len(outs), self.num_blocks))
                     msg = pickle.loads(pickle.dumps(msg))  # the real queue's round trip
-                    self._loop.call_soon_threadsafe(self._dispatch, msg)
+                    self._post(msg)  # as the reader thread hands messages over
                 time.sleep(max(0.0, step - (time.monotonic() - t0)))
 
     model = str(REPO / "strixlm" / "benchmarks" / "configs" / "qwen3-0.6b")

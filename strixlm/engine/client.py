@@ -1,8 +1,9 @@
 """AsyncEngineClient: the API process's handle on an engine core running in its own process.
 
 The API process tokenizes, detokenizes and applies stop strings; the engine process only
-sees token ids. A reader thread drains the engine's output queue and hands each batch to
-the event loop, which routes RequestOutputs to per-request asyncio queues.
+sees token ids. A reader thread drains the engine's output queue and hands the batches to
+the event loop, which routes RequestOutputs to per-request asyncio queues; batches that
+arrive while the loop is busy are routed together (_post).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import asyncio
 import itertools
 import logging
 import multiprocessing as mp
+import os
 import queue
 import threading
 import time
@@ -42,6 +44,21 @@ class IntervalCounters:
     since: float = field(default_factory=time.monotonic)
 
 
+# Route engine messages that queued up for the event loop as one (_post); 0 routes each
+# on its own (A/B runs: benchmarks/serve_path_probe.py, serve_where.sh).
+COALESCE = os.environ.get("STRIXLM_COALESCE_OUTPUTS", "1") != "0"
+
+
+def merge_step_stats(a: StepStats, b: StepStats) -> StepStats:
+    """Two consecutive steps' stats as one: token counts add, the state is the later's."""
+    return StepStats(
+        b.scheduler,
+        a.num_prompt_tokens + b.num_prompt_tokens,
+        a.num_generation_tokens + b.num_generation_tokens,
+        b.num_blocks,
+    )
+
+
 class AsyncEngineClient:
     def __init__(self, config: EngineConfig, info: ModelInfo) -> None:
         self.config = config
@@ -59,6 +76,10 @@ class AsyncEngineClient:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._log_task: asyncio.Task | None = None
         self._listeners: list = []  # callables(RequestOutput, now) for metrics
+        # Engine messages read by the reader thread, not yet routed (_post).
+        self._pending: list = []
+        self._pending_lock = threading.Lock()
+        self._dispatch_scheduled = False
 
     # ---- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
@@ -166,11 +187,45 @@ class AsyncEngineClient:
             except (EOFError, OSError):
                 msg = ("error", "engine output queue closed")
             try:
-                self._loop.call_soon_threadsafe(self._dispatch, msg)
+                self._post(msg)
             except RuntimeError:
                 return  # the event loop is closed
             if msg[0] == "error":
                 return
+
+    def _post(self, msg) -> None:
+        """Hand a message to the event loop. One hand-off is pending at a time: messages
+        that arrive while the loop is behind join it, and are routed together."""
+        if not COALESCE:
+            self._loop.call_soon_threadsafe(self._dispatch, msg)
+            return
+        with self._pending_lock:
+            self._pending.append(msg)
+            if self._dispatch_scheduled:
+                return
+            self._dispatch_scheduled = True
+        self._loop.call_soon_threadsafe(self._dispatch_pending)
+
+    def _dispatch_pending(self) -> None:
+        """Route every message posted since the last call, as one: when the event loop is
+        behind the engine, several steps' outputs reach each request as one RequestOutput,
+        so the loop's work per step shrinks as it falls behind instead of queueing up."""
+        with self._pending_lock:
+            msgs, self._pending = self._pending, []
+            self._dispatch_scheduled = False
+        outputs: list = []
+        stats: StepStats | None = None
+        for msg in msgs:
+            if msg[0] == "error":
+                if stats is not None:
+                    self._dispatch(("outputs", outputs, stats))
+                self._dispatch(msg)
+                return
+            _, outs, st = msg
+            outputs.extend(outs)
+            stats = st if stats is None else merge_step_stats(stats, st)
+        if stats is not None:
+            self._dispatch(("outputs", outputs, stats))
 
     def _dispatch(self, msg) -> None:
         if msg[0] == "error":

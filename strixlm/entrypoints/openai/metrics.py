@@ -114,7 +114,8 @@ class ServerMetrics:
         )
         self.itl = Histogram(
             "strixlm:inter_token_latency_seconds",
-            "Time between consecutive outputs of one request (one engine step's tokens).",
+            "Time between consecutive outputs of one request (one engine step's tokens, or "
+            "several steps' when the API process was behind).",
             lbl,
             buckets=_ITL_BUCKETS,
             registry=self.registry,
