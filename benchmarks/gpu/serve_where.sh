@@ -5,10 +5,12 @@
 # one after another ~0.7 ms apart. Session 32 (call 5) found the server's own TTFT (taken
 # when the API process routes an output) under 2.5 s for every request while the client saw
 # the late ones at ~3.4 s, the API event loop ~90% busy and the client mostly idle.
-#   bash benchmarks/gpu/serve_where.sh [default] [nofreeze]
+#   bash benchmarks/gpu/serve_where.sh [default] [nocoalesce] [nofreeze]   (~6 min for all)
 # Each named server gets three bursts (500 x 512 in / 128 out):
 #   default    the server as shipped (its API process's start-up heap frozen since session 32);
-#   nofreeze   the same with that heap left to the collector (STRIXLM_API_GC_FREEZE=0).
+#   nocoalesce engine messages routed one by one even when the loop is behind
+#              (STRIXLM_COALESCE_OUTPUTS=0; routed together by default since session 32);
+#   nofreeze   the API process's heap left to the collector (STRIXLM_API_GC_FREEZE=0).
 # Per burst: every thread's CPU seconds of the server's processes before and after
 # (proc_cpu.py), the client's CPU time (bash `times`), the server's /metrics, and the
 # server's per-request stream trace (STRIXLM_STREAM_TRACE: arrival, outputs routed, body
@@ -17,7 +19,7 @@
 # wheel in .whl_extra/) samples the API process and the client during the default's run 3
 # where the container allows it. The server logs one line a second.
 # M / SERVE_ARGS / BENCH_ARGS override the model and flags (a CPU smoke run); RUNS the bursts.
-SECTIONS=${*:-default nofreeze}
+SECTIONS=${*:-default nocoalesce nofreeze}
 source benchmarks/gpu/lib.sh
 M=${M:-strixlm/benchmarks/configs/qwen3-0.6b}
 SPY=
@@ -69,4 +71,5 @@ serve_runs() {  # LABEL [VAR=VALUE...]: one server with that environment, three 
     "$OUT"/where_"${label}"_[123].json
 }
 if has default; then serve_runs default; fi
+if has nocoalesce; then serve_runs nocoalesce STRIXLM_COALESCE_OUTPUTS=0; fi
 if has nofreeze; then serve_runs nofreeze STRIXLM_API_GC_FREEZE=0; fi
