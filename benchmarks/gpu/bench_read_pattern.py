@@ -179,20 +179,19 @@ def main() -> int:
     # name, heads a program, K and V, random draw, tile tokens, heads numbered fastest,
     # head-major blocks
     patterns = [
-        ("whole blocks, pool order", HEADS, False, False, 16, False),
-        ("whole blocks, random", HEADS, False, True, 16, False),
-        ("one head's rows, pool order", 1, False, False, 64, False),
-        ("one head's rows, random", 1, False, True, 64, False),
-        ("one head's rows, random, heads side by side", 1, False, True, 64, True),
-        ("two heads' rows, random", 2, False, True, 32, False),
-        ("four heads' rows, random", 4, False, True, 16, False),
-        ("one head's rows, K and V, random (attention-like)", 1, True, True, 32, False),
-        ("one head's rows, K and V, random, heads side by side", 1, True, True, 32, True),
-        ("two heads' rows, K and V, random", 2, True, True, 16, False),
+        ("whole blocks, pool order", HEADS, False, False, 16, False, False),
+        ("whole blocks, random", HEADS, False, True, 16, False, False),
+        ("one head's rows, pool order", 1, False, False, 64, False, False),
+        ("one head's rows, random", 1, False, True, 64, False, False),
+        ("one head's rows, random, heads side by side", 1, False, True, 64, True, False),
+        ("two heads' rows, random", 2, False, True, 32, False, False),
+        ("four heads' rows, random", 4, False, True, 16, False, False),
+        ("one head's rows, K and V, random (attention-like)", 1, True, True, 32, False, False),
+        ("one head's rows, K and V, random, heads side by side", 1, True, True, 32, True, False),
+        ("two heads' rows, K and V, random", 2, True, True, 16, False, False),
         ("one head's 4 KB runs (head-major), random", 1, False, True, 64, False, True),
         ("one head's 4 KB runs (head-major), K and V, random", 1, True, True, 32, False, True),
     ]
-    patterns = [p if len(p) == 7 else (*p, False) for p in patterns]
     # (programs an SM, warps) per heads a program: whole blocks take 64 KB of shared memory
     # a program (two 32 KB buffers) and a [16, 1024] fp32 accumulator (4+ warps).
     shapes = {1: ((4, 2), (6, 2), (4, 8)), 2: ((2, 4), (4, 4)), 4: ((2, 4), (4, 4)),

@@ -42,8 +42,7 @@ def freeze_api_process() -> bool:
     """The API server's process, once started: collect, then freeze (unless turned off)."""
     if not enabled() or os.environ.get("STRIXLM_API_GC_FREEZE", "1") == "0":
         return False
-    gc.collect()
-    gc.freeze()
+    freeze_for_process()
     return True
 
 
