@@ -1,7 +1,7 @@
 """The API server's streaming path under a GPU-paced token source, on the CPU (a diagnostic).
 
 python benchmarks/serve_path_probe.py [--step-ms 6] [--max-num-seqs 256] [--port 8017]
-    [--num-prompts 500] [--output-len 128] [--trace PATH]
+    [--num-prompts 500] [--output-len 128] [--trace PATH] [--loop auto] [--http auto]
 
 The real app (build_app: FastAPI, the OpenAI handlers, the output processor, delta merging,
 uvicorn) serves from an AsyncEngineClient whose engine process is replaced by a thread
@@ -11,7 +11,9 @@ Its messages take the same pickle round trip and the same hand-off to the event 
 the real reader thread's. `strixlm bench serve` then runs against it in a subprocess, and
 the script prints how many requests got all their tokens in one burst at the end (session
 32: about half the GPU runs had 90-243 such requests of 500). With --trace, the server's
-STRIXLM_STREAM_TRACE file is joined with the client's stamps (stream_trace_join.py).
+STRIXLM_STREAM_TRACE file is joined with the client's stamps (stream_trace_join.py). It
+also prints the event loop thread's CPU time per token, the least noisy of its figures on a
+machine whose cores the client shares.
 
 This stands in for the engine only to load the serving path at the GPU's rate on a machine
 without one; it is not a test of the engine.
@@ -45,6 +47,8 @@ def main() -> None:
     ap.add_argument("--output-len", type=int, default=128)
     ap.add_argument("--trace", default=None, help="STRIXLM_STREAM_TRACE file to write")
     ap.add_argument("--out", default="/tmp/serve_path_probe.json")
+    ap.add_argument("--loop", default="auto", help="uvicorn's event loop: auto, asyncio, uvloop")
+    ap.add_argument("--http", default="auto", help="uvicorn's HTTP parser: auto, h11, httptools")
     args = ap.parse_args()
     if args.trace:
         os.environ["STRIXLM_STREAM_TRACE"] = args.trace
@@ -126,7 +130,9 @@ def main() -> None:
     client = PacedClient(config, load_model_info(config.model))
     client.start()
     app = build_app(client)
-    server = uvicorn.Server(uvicorn.Config(app, port=args.port, log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(app, port=args.port, log_level="warning", loop=args.loop, http=args.http)
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     while not server.started:
@@ -135,7 +141,9 @@ def main() -> None:
            str(args.port), "--num-prompts", str(args.num_prompts), "--random-input-len",
            str(args.input_len), "--random-output-len", str(args.output_len),
            "--output-json", args.out]  # fmt: skip
+    cpu0 = _thread_cpu_s(thread.native_id)
     subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
+    loop_cpu = _thread_cpu_s(thread.native_id) - cpu0
     server.should_exit = True
     thread.join(timeout=10)
     reqs = json.loads(Path(args.out).read_text())["requests"]
@@ -143,10 +151,17 @@ def main() -> None:
     d = json.loads(Path(args.out).read_text())
     print(f"step {args.step_ms} ms: {d['request_throughput']:.1f} req/s, {burst} of {len(reqs)}"
           f" requests in one burst, TTFT p50 {d['ttft_ms']['median']:.0f} ms,"
-          f" TPOT p50 {d['tpot_ms']['median']:.1f} ms")  # fmt: skip
+          f" TPOT p50 {d['tpot_ms']['median']:.1f} ms, event loop CPU {loop_cpu:.2f} s"
+          f" ({1e6 * loop_cpu / max(1, len(reqs) * args.output_len):.1f} us a token)")  # fmt: skip
     if args.trace:
         subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu" / "stream_trace_join.py"),
                         args.trace, args.out], check=True)  # fmt: skip
+
+
+def _thread_cpu_s(tid: int | None) -> float:
+    """User + system CPU seconds of one thread of this process (Linux /proc)."""
+    fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 if __name__ == "__main__":
