@@ -35,6 +35,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks" / "gpu"))
+from proc_cpu import thread_stat  # noqa: E402
+from stream_trace_join import BURST_S  # noqa: E402
 
 
 def main() -> None:
@@ -141,14 +144,15 @@ def main() -> None:
            str(args.port), "--num-prompts", str(args.num_prompts), "--random-input-len",
            str(args.input_len), "--random-output-len", str(args.output_len),
            "--output-json", args.out]  # fmt: skip
-    cpu0 = _thread_cpu_s(thread.native_id)
+    stat = f"/proc/self/task/{thread.native_id}/stat"  # the event loop's thread
+    cpu0 = thread_stat(stat)[1]
     subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
-    loop_cpu = _thread_cpu_s(thread.native_id) - cpu0
+    loop_cpu = thread_stat(stat)[1] - cpu0
     server.should_exit = True
     thread.join(timeout=10)
-    reqs = json.loads(Path(args.out).read_text())["requests"]
-    burst = sum(1 for r in reqs if r["ok"] and r["e2e"] - r["ttft"] < 0.05)
     d = json.loads(Path(args.out).read_text())
+    reqs = d["requests"]
+    burst = sum(1 for r in reqs if r["ok"] and r["e2e"] - r["ttft"] < BURST_S)
     print(f"step {args.step_ms} ms: {d['request_throughput']:.1f} req/s, {burst} of {len(reqs)}"
           f" requests in one burst, TTFT p50 {d['ttft_ms']['median']:.0f} ms,"
           f" TPOT p50 {d['tpot_ms']['median']:.1f} ms, event loop CPU {loop_cpu:.2f} s"
@@ -156,12 +160,6 @@ def main() -> None:
     if args.trace:
         subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu" / "stream_trace_join.py"),
                         args.trace, args.out], check=True)  # fmt: skip
-
-
-def _thread_cpu_s(tid: int | None) -> float:
-    """User + system CPU seconds of one thread of this process (Linux /proc)."""
-    fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import sys
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _stat(path: str) -> tuple[str, float]:
+def thread_stat(path: str) -> tuple[str, float]:
     with open(path) as f:
         s = f.read()
     name = s[s.index("(") + 1 : s.rindex(")")]
@@ -39,7 +39,7 @@ def threads(pid: int) -> dict[str, float]:
     out = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
-            name, cpu = _stat(f"/proc/{pid}/task/{tid}/stat")
+            name, cpu = thread_stat(f"/proc/{pid}/task/{tid}/stat")
         except OSError:
             continue
         out[f"{tid} {name}"] = cpu

@@ -35,7 +35,6 @@ def write_kv_ref(
     v_scale: float = 1.0,
 ) -> None:
     """Torch reference: same semantics as write_kv (negative slots are skipped)."""
-    _, nb, bs, h, d = kv_cache.shape
     keep = slots >= 0  # data-dependent shapes are fine here: this path never runs in a graph
     slots, k, v = slots[keep], k[keep], v[keep]
     if kv_cache.dtype == FP8_DTYPE:
@@ -43,6 +42,15 @@ def write_kv_ref(
         k = quantize_fp8_ref(k, k_scale).view(torch.uint8)
         v = quantize_fp8_ref(v, v_scale).view(torch.uint8)
         kv_cache = kv_cache.view(torch.uint8)
+    copy_to_slots(kv_cache, slots, k, v)
+
+
+def copy_to_slots(
+    kv_cache: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> None:
+    """k and v rows [N, H, D] into cache slots (all >= 0) of kv_cache [2, blocks, block_size,
+    H, D], cast to the cache's dtype: block and offset merge into one slot dimension."""
+    _, nb, bs, h, d = kv_cache.shape
     kv_cache[0].view(nb * bs, h, d).index_copy_(0, slots, k.to(kv_cache.dtype))
     kv_cache[1].view(nb * bs, h, d).index_copy_(0, slots, v.to(kv_cache.dtype))
 

@@ -10,14 +10,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from strixlm.kernels.kv_write import copy_to_slots
 from strixlm.layers.attention.backend import AttentionBackend
 from strixlm.layers.attention.metadata import AttentionMetadata
 
 
 def write_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor) -> None:
-    _, nb, bs, h, d = kv_cache.shape
-    kv_cache[0].view(nb * bs, h, d).index_copy_(0, slots, k.to(kv_cache.dtype))
-    kv_cache[1].view(nb * bs, h, d).index_copy_(0, slots, v.to(kv_cache.dtype))
+    copy_to_slots(kv_cache, slots, k, v)
 
 
 def gather_kv(
