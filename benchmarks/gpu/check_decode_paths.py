@@ -16,9 +16,17 @@ dispatch: cuBLAS and the GEMV to 8 rows):
   noise      max |logprob difference| of the chosen token over the positions where both
              runs have generated the same tokens so far (same context, same token)
   parted     sequences whose tokens differ, and at the first differing position the
-             reference's top-1 / top-2 gap; a divergence is explained when that gap is at
-             most the noise, i.e. the variant's own rounding could swap the two
-A variant passes when every divergence is explained. block64 (64-token KV blocks) must equal
+             reference's top-1 / top-2 gap g_ref and the variant's g_var between its own
+             choice and the reference's (from its top-2)
+  swing      g_ref + g_var: how far the difference of the two candidates' logits moved
+             between the runs. Each logit carries the variant's rounding, at most the noise
+             either way, so a swing up to twice the noise is rounding; a divergence is
+             explained when the variant's top-2 holds the reference's token and the swing
+             is at most 2 x noise (a reference token that fell out of the variant's top-2
+             is never explained)
+A variant passes when every divergence is explained. (Sessions 10-33 explained a divergence
+when g_ref alone was at most the noise; the eager path's 0.25 gaps against a noise of
+0.24-0.28 then passed or failed with the noise sample.) block64 (64-token KV blocks) must equal
 the defaults token for token: the block size changes only where K/V live.
 
 Requests that ask for logprobs are sampled eagerly; the greedy sampling graph's LM head with
@@ -107,16 +115,16 @@ def run_variant(folder: str, out_path: str) -> None:
     got = llm.generate(prompts, params, use_tqdm=False)
     if tokens_only:
         with open(out_path, "w") as f:
-            json.dump([[(t, None, None) for t in o.outputs[0].token_ids] for o in got], f)
+            json.dump([[(t, None, None, None) for t in o.outputs[0].token_ids] for o in got], f)
         return
     rows = []
     for o in got:
         c = o.outputs[0]
-        # per token: (chosen id, its logprob, gap between the two best candidates)
+        # per token: (chosen id, its logprob, gap to the runner-up, the runner-up's id)
         tops = [sorted(lp.top, key=lambda t: -t[1]) for lp in c.logprobs]
         rows.append(
             [
-                (tok, lp.logprob, top[0][1] - top[1][1] if len(top) > 1 else float("inf"))
+                (tok, lp.logprob, *_runner_up(top))
                 for tok, lp, top in zip(c.token_ids, c.logprobs, tops, strict=True)
             ]
         )
@@ -124,13 +132,21 @@ def run_variant(folder: str, out_path: str) -> None:
         json.dump(rows, f)
 
 
+def _runner_up(top: list) -> tuple[float, int | None]:
+    """(top-1 minus top-2 logprob, the top-2's id) of a position's sorted top list."""
+    if len(top) < 2:
+        return float("inf"), None
+    return top[0][1] - top[1][1], top[1][0]
+
+
 def compare(seqs: list, ref: list, noise: float | None = None) -> dict:
-    """Token match, noise over the shared prefixes and the gaps where sequences part.
-    noise given: a tokens-only run (no logprobs of its own) judged by that noise."""
+    """Token match, noise over the shared prefixes and the swings where sequences part.
+    noise given: a tokens-only run (no logprobs of its own), judged by that noise and the
+    reference's gap alone (g_ref <= noise, stricter than a swing within 2 x noise)."""
     measure = noise is None
     noise = noise or 0.0
     same = total = exact = 0
-    gaps = []
+    parts = []  # (g_ref, swing or None where the variant's top-2 lacks the reference's token)
     for s, r in zip(seqs, ref, strict=True):
         total += len(r)
         parted = None
@@ -143,15 +159,22 @@ def compare(seqs: list, ref: list, noise: float | None = None) -> dict:
         same += sum(a[0] == b[0] for a, b in zip(s, r, strict=False))
         if parted is None:
             exact += 1
-        else:
-            gaps.append(r[parted][2])
-    unexplained = [g for g in gaps if g > noise]
+            continue
+        g_ref, (_, _, g_var, second) = r[parted][2], s[parted]
+        parts.append((g_ref, g_ref + g_var if measure and second == r[parted][0] else None))
+    if measure:
+        unexplained = [p for p in parts if p[1] is None or p[1] > 2 * noise]
+    else:
+        unexplained = [p for p in parts if p[0] > noise]
+    swings = [p[1] for p in parts if p[1] is not None]
     return {
         "token_match": same / max(1, total),
         "exact": exact,
         "n": len(ref),
         "noise": noise,
-        "parted_gaps": sorted(gaps),
+        "parted_gaps": sorted(p[0] for p in parts),
+        "parted_swings": sorted(swings),
+        "outside_top2": sum(p[1] is None for p in parts) if measure else 0,
         "unexplained": len(unexplained),
         "ok": not unexplained,
     }
@@ -188,9 +211,12 @@ def main() -> int:
         r = compare(seqs, ref)
         results[name] = r
         worst = max(r["parted_gaps"], default=0.0)
+        swing = max(r["parted_swings"], default=0.0)
         print(f"{name:16s} vs {ref_name}: token match {r['token_match']:.4f}, exact "
               f"{r['exact']}/{r['n']}, noise {r['noise']:.4f}, parted at gaps <= {worst:.4f}, "
-              f"unexplained {r['unexplained']} -> {'OK' if r['ok'] else 'FAIL'}")  # fmt: skip
+              f"swings <= {swing:.4f} (2 x noise {2 * r['noise']:.4f}), reference token "
+              f"outside the top-2 {r['outside_top2']}, unexplained {r['unexplained']} -> "
+              f"{'OK' if r['ok'] else 'FAIL'}")  # fmt: skip
     noise = max((r["noise"] for r in results.values() if "noise" in r), default=0.0)
     for name in TOKENS_ONLY:
         if name not in tokens or "defaults" not in tokens:
