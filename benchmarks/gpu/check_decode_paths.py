@@ -6,7 +6,7 @@ models match none of their tables.
 A Qwen3 model with the bundled qwen3-0.6b config and weights drawn N(0, 0.1) (norms at 1) is
 saved once; each variant runs in its own process (the switches are read at import) over 200
 greedy requests whose prompt lengths (20-600) and output lengths (4-64) vary, so the decode
-batch shrinks through every row count the tables cover. Each token comes with its top-2
+batch shrinks through every row count the tables cover. Each token comes with its top-5
 logprobs.
 
 Variants round differently (another GEMM kernel sums K in another order; eager steps have
@@ -17,12 +17,12 @@ dispatch: cuBLAS and the GEMV to 8 rows):
              runs have generated the same tokens so far (same context, same token)
   parted     sequences whose tokens differ, and at the first differing position the
              reference's top-1 / top-2 gap g_ref and the variant's g_var between its own
-             choice and the reference's (from its top-2)
+             choice and the reference's (from its top-K logprobs, K = TOP_K)
   swing      g_ref + g_var: how far the difference of the two candidates' logits moved
              between the runs. Each logit carries the variant's rounding, at most the noise
              either way, so a swing up to twice the noise is rounding; a divergence is
-             explained when the variant's top-2 holds the reference's token and the swing
-             is at most 2 x noise (a reference token that fell out of the variant's top-2
+             explained when the variant's top-K holds the reference's token and the swing
+             is at most 2 x noise (a reference token that fell out of the variant's top-K
              is never explained)
 A variant passes when every divergence is explained. (Sessions 10-33 explained a divergence
 when g_ref alone was at most the noise; the eager path's 0.25 gaps against a noise of
@@ -63,6 +63,7 @@ VARIANTS = {  # name -> environment; the first is the reference (session 10's di
     "tokens_unfused": dict(STRIXLM_CHECK_NO_LOGPROBS="1", STRIXLM_FUSED_GREEDY="0"),
 }
 TOKENS_ONLY = ("tokens_fused", "tokens_unfused")
+TOP_K = 5  # logprobs per position: where the variant ranks the reference's token
 
 
 def save_model(folder: str) -> None:
@@ -108,7 +109,7 @@ def run_variant(folder: str, out_path: str) -> None:
     tokens_only = os.environ.get("STRIXLM_CHECK_NO_LOGPROBS") == "1"
     params = [
         SamplingParams(
-            temperature=0, max_tokens=m, ignore_eos=True, logprobs=None if tokens_only else 2
+            temperature=0, max_tokens=m, ignore_eos=True, logprobs=None if tokens_only else TOP_K
         )
         for m in outs
     ]
@@ -120,11 +121,11 @@ def run_variant(folder: str, out_path: str) -> None:
     rows = []
     for o in got:
         c = o.outputs[0]
-        # per token: (chosen id, its logprob, gap to the runner-up, the runner-up's id)
+        # per token: (chosen id, its logprob, gap to the runner-up, the top-K as [id, lp])
         tops = [sorted(lp.top, key=lambda t: -t[1]) for lp in c.logprobs]
         rows.append(
             [
-                (tok, lp.logprob, *_runner_up(top))
+                (tok, lp.logprob, _gap(top), [[i, v] for i, v in top])
                 for tok, lp, top in zip(c.token_ids, c.logprobs, tops, strict=True)
             ]
         )
@@ -132,11 +133,9 @@ def run_variant(folder: str, out_path: str) -> None:
         json.dump(rows, f)
 
 
-def _runner_up(top: list) -> tuple[float, int | None]:
-    """(top-1 minus top-2 logprob, the top-2's id) of a position's sorted top list."""
-    if len(top) < 2:
-        return float("inf"), None
-    return top[0][1] - top[1][1], top[1][0]
+def _gap(top: list) -> float:
+    """Top-1 minus top-2 logprob of a position's sorted top list."""
+    return top[0][1] - top[1][1] if len(top) > 1 else float("inf")
 
 
 def compare(seqs: list, ref: list, noise: float | None = None) -> dict:
@@ -146,7 +145,7 @@ def compare(seqs: list, ref: list, noise: float | None = None) -> dict:
     measure = noise is None
     noise = noise or 0.0
     same = total = exact = 0
-    parts = []  # (g_ref, swing or None where the variant's top-2 lacks the reference's token)
+    parts = []  # (g_ref, swing or None where the variant's top-K lacks the reference's token)
     for s, r in zip(seqs, ref, strict=True):
         total += len(r)
         parted = None
@@ -160,8 +159,9 @@ def compare(seqs: list, ref: list, noise: float | None = None) -> dict:
         if parted is None:
             exact += 1
             continue
-        g_ref, (_, _, g_var, second) = r[parted][2], s[parted]
-        parts.append((g_ref, g_ref + g_var if measure and second == r[parted][0] else None))
+        g_ref, (_, lp_var, _, top_var) = r[parted][2], s[parted]
+        lp_ref_tok = dict(top_var or []).get(r[parted][0]) if measure else None
+        parts.append((g_ref, None if lp_ref_tok is None else g_ref + lp_var - lp_ref_tok))
     if measure:
         unexplained = [p for p in parts if p[1] is None or p[1] > 2 * noise]
     else:
@@ -174,7 +174,7 @@ def compare(seqs: list, ref: list, noise: float | None = None) -> dict:
         "noise": noise,
         "parted_gaps": sorted(p[0] for p in parts),
         "parted_swings": sorted(swings),
-        "outside_top2": sum(p[1] is None for p in parts) if measure else 0,
+        "outside_top_k": sum(p[1] is None for p in parts) if measure else 0,
         "unexplained": len(unexplained),
         "ok": not unexplained,
     }
@@ -215,7 +215,7 @@ def main() -> int:
         print(f"{name:16s} vs {ref_name}: token match {r['token_match']:.4f}, exact "
               f"{r['exact']}/{r['n']}, noise {r['noise']:.4f}, parted at gaps <= {worst:.4f}, "
               f"swings <= {swing:.4f} (2 x noise {2 * r['noise']:.4f}), reference token "
-              f"outside the top-2 {r['outside_top2']}, unexplained {r['unexplained']} -> "
+              f"outside the top-{TOP_K} {r['outside_top_k']}, unexplained {r['unexplained']} -> "
               f"{'OK' if r['ok'] else 'FAIL'}")  # fmt: skip
     noise = max((r["noise"] for r in results.values() if "noise" in r), default=0.0)
     for name in TOKENS_ONLY:
