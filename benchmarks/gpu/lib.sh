@@ -6,7 +6,7 @@
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD
-if ls .whl/*.whl >/dev/null 2>&1; then  # fastapi, uvicorn, pydantic, gguf (not on the card)
+if ls .whl/*.whl >/dev/null 2>&1; then  # the serving stack (not on the card): bash benchmarks/gpu/fetch_wheels.sh
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl 2>/dev/null && export PYTHONPATH=$PWD:/tmp/site
 fi
