@@ -23,8 +23,8 @@ class _Inbox(list):
         self.append(msg)
 
 
-def _stats(running: int, gen_tokens: int) -> StepStats:
-    return StepStats(SchedulerStats(running, 0, 0.1, 0, 0, 0), 0, gen_tokens, 100)
+def _stats(running: int, gen_tokens: int, time: float = 0.0) -> StepStats:
+    return StepStats(SchedulerStats(running, 0, 0.1, 0, 0, 0), 0, gen_tokens, 100, time)
 
 
 async def _route(coalesce: bool) -> tuple[list, list, AsyncEngineClient]:
@@ -33,7 +33,7 @@ async def _route(coalesce: bool) -> tuple[list, list, AsyncEngineClient]:
     client.in_q = _Inbox()
     client._loop = asyncio.get_running_loop()
     seen = []
-    client.add_listener(lambda ro, now: seen.append(ro))
+    client.add_listener(lambda ro, now, step_times: seen.append((ro, step_times)))
     gen = client.generate([11, 12, 13], SamplingParams(max_tokens=4, temperature=0.0), "r")
     first = asyncio.ensure_future(anext(gen))
     await asyncio.sleep(0)  # generate() queues the request with the engine
@@ -42,9 +42,10 @@ async def _route(coalesce: bool) -> tuple[list, list, AsyncEngineClient]:
     child = reqs[0].request_id
     # Three steps posted before the loop gets to route any (as a busy loop sees them).
     for tok in (5, 6, 7):
-        client._post(("outputs", [EngineCoreOutput(child, [tok])], _stats(1, 1)))
+        client._post(("outputs", [EngineCoreOutput(child, [tok])], _stats(1, 1, float(tok))))
     got = [await first]
-    client._post(("outputs", [EngineCoreOutput(child, [8], finish_reason="length")], _stats(0, 1)))
+    last = EngineCoreOutput(child, [8], finish_reason="length")
+    client._post(("outputs", [last], _stats(0, 1, 8.0)))
     async for ro in gen:
         got.append(ro)
     return seen, got, client
@@ -54,10 +55,12 @@ async def _route(coalesce: bool) -> tuple[list, list, AsyncEngineClient]:
 def test_queued_steps_reach_a_request_as_one_output(monkeypatch, coalesce):
     monkeypatch.setattr(client_mod, "COALESCE", coalesce)
     seen, got, client = asyncio.run(_route(coalesce))
-    # Routed: one output for the three queued steps when coalescing, else one each.
-    assert [ro.outputs[0].token_ids for ro in seen] == (
+    # Routed: one output for the three queued steps when coalescing, else one each; the
+    # listeners get each step's engine time either way.
+    assert [ro.outputs[0].token_ids for ro, _ in seen] == (
         [[5, 6, 7], [8]] if coalesce else [[5], [6], [7], [8]]
     )
+    assert [t for _, times in seen for t in times] == [5.0, 6.0, 7.0, 8.0]
     # Either way the request gets every token in order, and the counters every step.
     assert [t for ro in got for t in ro.outputs[0].token_ids] == [5, 6, 7, 8]
     assert got[-1].finished and got[-1].outputs[0].finish_reason == "length"
@@ -72,7 +75,7 @@ def test_an_engine_error_after_queued_outputs_routes_them_first(monkeypatch):
         client.in_q = _Inbox()
         client._loop = asyncio.get_running_loop()
         seen = []
-        client.add_listener(lambda ro, now: seen.append(ro.outputs[0].token_ids))
+        client.add_listener(lambda ro, now, times: seen.append(ro.outputs[0].token_ids))
         gen = client.generate([11, 12], SamplingParams(max_tokens=4), "r")
         first = asyncio.ensure_future(anext(gen))
         await asyncio.sleep(0)

@@ -56,6 +56,7 @@ def merge_step_stats(a: StepStats, b: StepStats) -> StepStats:
         a.num_prompt_tokens + b.num_prompt_tokens,
         a.num_generation_tokens + b.num_generation_tokens,
         b.num_blocks,
+        b.time,
     )
 
 
@@ -124,6 +125,9 @@ class AsyncEngineClient:
 
     # ---- requests ----------------------------------------------------------------------
     def add_listener(self, fn) -> None:
+        """fn(ro, now, step_times) for every RequestOutput routed: `now` is when it was
+        routed, `step_times` the engine's StepStats.time of each step whose tokens it
+        carries, ascending (several when the loop routed queued steps as one)."""
         self._listeners.append(fn)
 
     async def generate(
@@ -214,20 +218,40 @@ class AsyncEngineClient:
             msgs, self._pending = self._pending, []
             self._dispatch_scheduled = False
         outputs: list = []
+        spans: list[tuple[int, float]] = []  # (end of a step's outputs, its time)
         stats: StepStats | None = None
         for msg in msgs:
             if msg[0] == "error":
                 if stats is not None:
-                    self._dispatch(("outputs", outputs, stats))
+                    self._dispatch(("outputs", outputs, stats), spans)
                 self._dispatch(msg)
                 return
             _, outs, st = msg
             outputs.extend(outs)
+            spans.append((len(outputs), st.time))
             stats = st if stats is None else merge_step_stats(stats, st)
         if stats is not None:
-            self._dispatch(("outputs", outputs, stats))
+            self._dispatch(("outputs", outputs, stats), spans)
 
-    def _dispatch(self, msg) -> None:
+    def _step_times(self, core_outputs: list, spans: list[tuple[int, float]]) -> dict:
+        """Parent request id -> the times of the steps among `spans` that gave it tokens.
+        Before OutputProcessor.process, which forgets the requests that finish."""
+        times: dict[str, list[float]] = {}
+        lo = 0
+        for hi, t in spans:
+            if t <= 0:  # a step without a time: the listener falls back on the routing time
+                lo = hi
+                continue
+            for out in core_outputs[lo:hi]:
+                pid = self.outputs.parent_id(out.request_id)
+                if pid is not None:
+                    seen = times.setdefault(pid, [])
+                    if not seen or seen[-1] != t:  # n > 1: one entry a step, not a sample
+                        seen.append(t)
+            lo = hi
+        return times
+
+    def _dispatch(self, msg, spans: list[tuple[int, float]] | None = None) -> None:
         if msg[0] == "error":
             self.dead = f"engine process died: {msg[1]}"
             logger.error(self.dead)
@@ -235,6 +259,8 @@ class AsyncEngineClient:
                 q.put_nowait(EngineDeadError(self.dead))
             return
         _, core_outputs, stats = msg
+        spans = spans or [(len(core_outputs), stats.time)]
+        step_times = self._step_times(core_outputs, spans) if self._listeners else {}
         self.stats = stats
         self.total_prompt_tokens += stats.num_prompt_tokens
         self.total_generation_tokens += stats.num_generation_tokens
@@ -247,7 +273,7 @@ class AsyncEngineClient:
         trace = stream_trace.TRACE
         for ro in results:
             for fn in self._listeners:
-                fn(ro, now)
+                fn(ro, now, step_times.get(ro.request_id, []))
             if trace is not None:
                 trace.routed(ro.request_id, now)
             q = self.queues.get(ro.request_id)

@@ -25,6 +25,10 @@ class StepStats:
     num_prompt_tokens: int  # prefill tokens computed this step
     num_generation_tokens: int  # tokens sampled this step
     num_blocks: int
+    # time.monotonic() when the step's tokens reached the host (system-wide on one machine):
+    # the API process's latency metrics time each step's tokens by it, not by when its busy
+    # event loop got around to routing them.
+    time: float = 0.0
 
 
 class EngineCore:
@@ -99,7 +103,9 @@ class EngineCore:
         t3 = time.perf_counter()
         outputs = self.scheduler.update_from_output(sched, sampled, logprobs, prompt_lps)
         num_prompt = sched.total_num_scheduled_tokens - len(sampled)
-        stats = StepStats(self.scheduler.stats(), num_prompt, len(sampled), self.num_blocks)
+        stats = StepStats(
+            self.scheduler.stats(), num_prompt, len(sampled), self.num_blocks, time.monotonic()
+        )
         if self.tracer is not None:
             t4 = time.perf_counter()
             self.tracer.add(

@@ -54,6 +54,11 @@ class OutputProcessor:
         self.parents: dict[str, _Parent] = {}
         self.child_to_parent: dict[str, tuple[str, int]] = {}
 
+    def parent_id(self, child_id: str) -> str | None:
+        """The request a live core request (one sample of it) belongs to; None once done."""
+        ref = self.child_to_parent.get(child_id)
+        return None if ref is None else ref[0]
+
     def add_request(
         self,
         request_id: str,

@@ -114,8 +114,7 @@ class ServerMetrics:
         )
         self.itl = Histogram(
             "strixlm:inter_token_latency_seconds",
-            "Time between consecutive outputs of one request (one engine step's tokens, or "
-            "several steps' when the API process was behind).",
+            "Time between consecutive engine steps that gave one request tokens.",
             lbl,
             buckets=_ITL_BUCKETS,
             registry=self.registry,
@@ -149,20 +148,24 @@ class ServerMetrics:
         if self._live.pop(request_id, None) is not None and num_unfinished:
             self.success.labels(self.model_name, "abort").inc(num_unfinished)
 
-    def on_output(self, ro: RequestOutput, now: float) -> None:
+    def on_output(self, ro: RequestOutput, now: float, step_times: list[float]) -> None:
+        """One observation per engine step, timed by the engine (step_times), as vLLM times
+        them: when the event loop routes several queued steps as one output, each keeps
+        its own latency. `now` (the routing time) only stands in for a step without one."""
         t = self._live.get(ro.request_id)
         if t is None:
             return
-        if t.last is None:
-            self._ttft.observe(now - t.arrival)
-        else:
-            self._itl.observe(now - t.last)
-        t.last = now
+        for at in step_times or [now]:
+            if t.last is None:
+                self._ttft.observe(at - t.arrival)
+            else:
+                self._itl.observe(at - t.last)
+            t.last = at
         for c in ro.outputs:
             if c.finish_reason is not None:
                 self.success.labels(self.model_name, c.finish_reason).inc()
         if ro.finished:
-            self._e2e.observe(now - t.arrival)
+            self._e2e.observe(t.last - t.arrival)
             del self._live[ro.request_id]
 
     def render(self) -> bytes:
