@@ -1,5 +1,6 @@
-"""ServerMetrics times each engine step's tokens by the engine's step time, so an output that
-carries several queued steps still gives one TTFT / ITL observation a step (as vLLM's)."""
+"""ServerMetrics' inter-token latency follows the engine's step times, one observation a
+step, even when an output carries several queued steps; TTFT and e2e are taken when the
+output is routed (as vLLM's)."""
 
 from __future__ import annotations
 
@@ -48,10 +49,10 @@ def test_queued_steps_each_count_with_their_engine_times() -> None:
     client.listener(_out([6, 7, 8], "length"), 13.0, [10.5, 10.75, 11.25])
     got = _samples(m)
     assert got["strixlm:time_to_first_token_seconds_count"] == 1
-    assert got["strixlm:time_to_first_token_seconds_sum"] == 0.25
+    assert got["strixlm:time_to_first_token_seconds_sum"] == 0.5  # routed at 10.5
     assert got["strixlm:inter_token_latency_seconds_count"] == 3
     assert got["strixlm:inter_token_latency_seconds_sum"] == 1.0  # 0.25 + 0.25 + 0.5
-    assert got["strixlm:e2e_request_latency_seconds_sum"] == 1.25  # to the last step's time
+    assert got["strixlm:e2e_request_latency_seconds_sum"] == 3.0  # routed at 13.0
     assert got["strixlm:request_success_total"] == 1
 
 

@@ -26,8 +26,8 @@ class StepStats:
     num_generation_tokens: int  # tokens sampled this step
     num_blocks: int
     # time.monotonic() when the step's tokens reached the host (system-wide on one machine):
-    # the API process's latency metrics time each step's tokens by it, not by when its busy
-    # event loop got around to routing them.
+    # the API process's inter-token latency metric spaces each step's tokens by it, not by
+    # when its busy event loop got around to routing them.
     time: float = 0.0
 
 

@@ -114,7 +114,8 @@ class ServerMetrics:
         )
         self.itl = Histogram(
             "strixlm:inter_token_latency_seconds",
-            "Time between consecutive engine steps that gave one request tokens.",
+            "Time between consecutive engine steps that gave one request tokens (the "
+            "engine's step times).",
             lbl,
             buckets=_ITL_BUCKETS,
             registry=self.registry,
@@ -149,15 +150,16 @@ class ServerMetrics:
             self.success.labels(self.model_name, "abort").inc(num_unfinished)
 
     def on_output(self, ro: RequestOutput, now: float, step_times: list[float]) -> None:
-        """One observation per engine step, timed by the engine (step_times), as vLLM times
-        them: when the event loop routes several queued steps as one output, each keeps
-        its own latency. `now` (the routing time) only stands in for a step without one."""
+        """As vLLM times them: TTFT and e2e when the output is routed (`now`: what the
+        API process could send), ITL between the engine's step times (`step_times`), one
+        observation per step, so steps the event loop routed together as one output keep
+        their own spacing. `now` stands in for a step without a time."""
         t = self._live.get(ro.request_id)
         if t is None:
             return
         for at in step_times or [now]:
             if t.last is None:
-                self._ttft.observe(at - t.arrival)
+                self._ttft.observe(now - t.arrival)
             else:
                 self._itl.observe(at - t.last)
             t.last = at
@@ -165,7 +167,7 @@ class ServerMetrics:
             if c.finish_reason is not None:
                 self.success.labels(self.model_name, c.finish_reason).inc()
         if ro.finished:
-            self._e2e.observe(t.last - t.arrival)
+            self._e2e.observe(now - t.arrival)
             del self._live[ro.request_id]
 
     def render(self) -> bytes:
