@@ -122,7 +122,8 @@ def main() -> None:
                         del running[rid]
                 if outs:
                     sched = SchedulerStats(len(running), len(waiting), 0.0, 0, 0, 0)
-                    msg = ("outputs", outs, StepStats(sched, 0, len(outs), self.num_blocks))
+                    st = StepStats(sched, 0, len(outs), self.num_blocks, time.monotonic())
+                    msg = ("outputs", outs, st)
                     msg = pickle.loads(pickle.dumps(msg))  # the real queue's round trip
                     self._post(msg)  # as the reader thread hands messages over
                 time.sleep(max(0.0, step - (time.monotonic() - t0)))

@@ -218,40 +218,35 @@ class AsyncEngineClient:
             msgs, self._pending = self._pending, []
             self._dispatch_scheduled = False
         outputs: list = []
-        spans: list[tuple[int, float]] = []  # (end of a step's outputs, its time)
+        steps: list[tuple[list, float]] = []  # each step's outputs and its time
         stats: StepStats | None = None
         for msg in msgs:
             if msg[0] == "error":
                 if stats is not None:
-                    self._dispatch(("outputs", outputs, stats), spans)
+                    self._dispatch(("outputs", outputs, stats), steps)
                 self._dispatch(msg)
                 return
             _, outs, st = msg
             outputs.extend(outs)
-            spans.append((len(outputs), st.time))
+            steps.append((outs, st.time))
             stats = st if stats is None else merge_step_stats(stats, st)
         if stats is not None:
-            self._dispatch(("outputs", outputs, stats), spans)
+            self._dispatch(("outputs", outputs, stats), steps)
 
-    def _step_times(self, core_outputs: list, spans: list[tuple[int, float]]) -> dict:
-        """Parent request id -> the times of the steps among `spans` that gave it tokens.
-        Before OutputProcessor.process, which forgets the requests that finish."""
+    def _step_times(self, steps: list[tuple[list, float]]) -> dict[str, list[float]]:
+        """Parent request id -> the times of the steps that gave it tokens. Before
+        OutputProcessor.process, which forgets the requests that finish."""
         times: dict[str, list[float]] = {}
-        lo = 0
-        for hi, t in spans:
-            if t <= 0:  # a step without a time: the listener falls back on the routing time
-                lo = hi
-                continue
-            for out in core_outputs[lo:hi]:
+        for outs, t in steps:
+            for out in outs:
                 pid = self.outputs.parent_id(out.request_id)
                 if pid is not None:
                     seen = times.setdefault(pid, [])
                     if not seen or seen[-1] != t:  # n > 1: one entry a step, not a sample
                         seen.append(t)
-            lo = hi
         return times
 
-    def _dispatch(self, msg, spans: list[tuple[int, float]] | None = None) -> None:
+    def _dispatch(self, msg, steps: list[tuple[list, float]] | None = None) -> None:
         if msg[0] == "error":
             self.dead = f"engine process died: {msg[1]}"
             logger.error(self.dead)
@@ -259,8 +254,8 @@ class AsyncEngineClient:
                 q.put_nowait(EngineDeadError(self.dead))
             return
         _, core_outputs, stats = msg
-        spans = spans or [(len(core_outputs), stats.time)]
-        step_times = self._step_times(core_outputs, spans) if self._listeners else {}
+        steps = steps or [(core_outputs, stats.time)]
+        step_times = self._step_times(steps) if self._listeners else {}
         self.stats = stats
         self.total_prompt_tokens += stats.num_prompt_tokens
         self.total_generation_tokens += stats.num_generation_tokens

@@ -28,7 +28,7 @@ class StepStats:
     # time.monotonic() when the step's tokens reached the host (system-wide on one machine):
     # the API process's inter-token latency metric spaces each step's tokens by it, not by
     # when its busy event loop got around to routing them.
-    time: float = 0.0
+    time: float
 
 
 class EngineCore:
@@ -96,7 +96,9 @@ class EngineCore:
             if not sched.is_empty:
                 self._in_flight = (sched, handle)
             if done is None:
-                return [], StepStats(self.scheduler.stats(), 0, 0, self.num_blocks)
+                return [], StepStats(
+                    self.scheduler.stats(), 0, 0, self.num_blocks, time.monotonic()
+                )
             sched, handle = done
         sampled, logprobs = handle.result()
         prompt_lps = handle.prompt_logprobs()

@@ -10,6 +10,7 @@ import logging
 import multiprocessing as mp
 import queue
 import signal
+import time
 import traceback
 
 from strixlm.config import EngineConfig
@@ -71,7 +72,8 @@ def run_engine_core(config: EngineConfig, info: ModelInfo, in_q, out_q, log_leve
             pass
         if handled and not core.has_unfinished():
             # Aborts can empty the engine without a step: report the freed cache anyway.
-            out_q.put(("outputs", [], StepStats(core.scheduler.stats(), 0, 0, core.num_blocks)))
+            stats = StepStats(core.scheduler.stats(), 0, 0, core.num_blocks, time.monotonic())
+            out_q.put(("outputs", [], stats))
         if core.has_unfinished():
             try:
                 outputs, stats = core.step()
