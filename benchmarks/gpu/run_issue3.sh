@@ -40,6 +40,11 @@ if has serve; then
   timeout 200 python -m strixlm.entrypoints.cli bench serve --port 8000 --num-prompts 500 \
     --random-input-len 512 --random-output-len 128 --output-json "$OUT/serve.json" 2>&1 | tail -30
   grep -E "throughput|error|Error" /tmp/serve.log | tail -8
+  # The server's own latency histograms (ITL one observation per engine step and request):
+  # their counts and sums set beside the client's figures.
+  curl -s localhost:8000/metrics > "$OUT/serve_metrics.txt"
+  grep -E "^strixlm:(time_to_first_token|inter_token_latency|e2e_request_latency)_seconds_(count|sum)" \
+    "$OUT/serve_metrics.txt"
   kill $SERVER_PID; wait $SERVER_PID
 fi
 if has serve2; then  # the first-server effect: two servers in turn, each benchmarked twice
