@@ -217,36 +217,34 @@ class AsyncEngineClient:
         with self._pending_lock:
             msgs, self._pending = self._pending, []
             self._dispatch_scheduled = False
-        outputs: list = []
         steps: list[tuple[list, float]] = []  # each step's outputs and its time
         stats: StepStats | None = None
         for msg in msgs:
             if msg[0] == "error":
                 if stats is not None:
-                    self._dispatch(("outputs", outputs, stats), steps)
+                    self._route(steps, stats)
                 self._dispatch(msg)
                 return
             _, outs, st = msg
-            outputs.extend(outs)
             steps.append((outs, st.time))
             stats = st if stats is None else merge_step_stats(stats, st)
         if stats is not None:
-            self._dispatch(("outputs", outputs, stats), steps)
+            self._route(steps, stats)
 
     def _step_times(self, steps: list[tuple[list, float]]) -> dict[str, list[float]]:
-        """Parent request id -> the times of the steps that gave it tokens. Before
-        OutputProcessor.process, which forgets the requests that finish."""
+        """Parent request id -> the times of the steps that gave it tokens, one entry a
+        step (n > 1 samples of a request share it). Before OutputProcessor.process, which
+        forgets the requests that finish."""
         times: dict[str, list[float]] = {}
         for outs, t in steps:
-            for out in outs:
-                pid = self.outputs.parent_id(out.request_id)
-                if pid is not None:
-                    seen = times.setdefault(pid, [])
-                    if not seen or seen[-1] != t:  # n > 1: one entry a step, not a sample
-                        seen.append(t)
+            parents = {self.outputs.parent_id(out.request_id) for out in outs}
+            parents.discard(None)
+            for pid in parents:
+                times.setdefault(pid, []).append(t)
         return times
 
-    def _dispatch(self, msg, steps: list[tuple[list, float]] | None = None) -> None:
+    def _dispatch(self, msg) -> None:
+        """Route one message from the engine process: an error, or one step's outputs."""
         if msg[0] == "error":
             self.dead = f"engine process died: {msg[1]}"
             logger.error(self.dead)
@@ -254,8 +252,13 @@ class AsyncEngineClient:
                 q.put_nowait(EngineDeadError(self.dead))
             return
         _, core_outputs, stats = msg
-        steps = steps or [(core_outputs, stats.time)]
+        self._route([(core_outputs, stats.time)], stats)
+
+    def _route(self, steps: list[tuple[list, float]], stats: StepStats) -> None:
+        """Route the outputs of one or more steps (stats merged over them) to their
+        requests, as one RequestOutput a request."""
         step_times = self._step_times(steps) if self._listeners else {}
+        core_outputs = [out for outs, _ in steps for out in outs]
         self.stats = stats
         self.total_prompt_tokens += stats.num_prompt_tokens
         self.total_generation_tokens += stats.num_generation_tokens

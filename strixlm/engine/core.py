@@ -82,6 +82,16 @@ class EngineCore:
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished() or self._in_flight is not None
 
+    def stats(self, num_prompt_tokens: int, num_generation_tokens: int) -> StepStats:
+        """The scheduler's and cache's state now, with this step's token counts, timed."""
+        return StepStats(
+            self.scheduler.stats(),
+            num_prompt_tokens,
+            num_generation_tokens,
+            self.num_blocks,
+            time.monotonic(),
+        )
+
     def step(self) -> tuple[list[EngineCoreOutput], StepStats]:
         """Plan and launch a step, then take in the results of the previous one (async
         scheduling: the host plans step N+1 while the GPU runs step N), or of this one."""
@@ -96,18 +106,14 @@ class EngineCore:
             if not sched.is_empty:
                 self._in_flight = (sched, handle)
             if done is None:
-                return [], StepStats(
-                    self.scheduler.stats(), 0, 0, self.num_blocks, time.monotonic()
-                )
+                return [], self.stats(0, 0)
             sched, handle = done
         sampled, logprobs = handle.result()
         prompt_lps = handle.prompt_logprobs()
         t3 = time.perf_counter()
         outputs = self.scheduler.update_from_output(sched, sampled, logprobs, prompt_lps)
         num_prompt = sched.total_num_scheduled_tokens - len(sampled)
-        stats = StepStats(
-            self.scheduler.stats(), num_prompt, len(sampled), self.num_blocks, time.monotonic()
-        )
+        stats = self.stats(num_prompt, len(sampled))
         if self.tracer is not None:
             t4 = time.perf_counter()
             self.tracer.add(

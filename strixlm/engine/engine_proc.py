@@ -10,7 +10,6 @@ import logging
 import multiprocessing as mp
 import queue
 import signal
-import time
 import traceback
 
 from strixlm.config import EngineConfig
@@ -37,7 +36,7 @@ def run_engine_core(config: EngineConfig, info: ModelInfo, in_q, out_q, log_leve
     # engine leaves the shutdown to its parent, or exits through Python without one.
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        from strixlm.engine.core import EngineCore, StepStats
+        from strixlm.engine.core import EngineCore
 
         core = EngineCore(config, info)
     except Exception:
@@ -72,8 +71,7 @@ def run_engine_core(config: EngineConfig, info: ModelInfo, in_q, out_q, log_leve
             pass
         if handled and not core.has_unfinished():
             # Aborts can empty the engine without a step: report the freed cache anyway.
-            stats = StepStats(core.scheduler.stats(), 0, 0, core.num_blocks, time.monotonic())
-            out_q.put(("outputs", [], stats))
+            out_q.put(("outputs", [], core.stats(0, 0)))
         if core.has_unfinished():
             try:
                 outputs, stats = core.step()
