@@ -28,8 +28,10 @@ def test_rejects_shapes_it_does_not_take():
         ws_mlp.WsMLP(cfg, 1024, 3072, 65, "cpu", torch.bfloat16, 132)
     with pytest.raises(ValueError, match="do not fit"):
         ws_mlp.WsMLP(cfg, 1000, 3072, 8, "cpu", torch.bfloat16, 132)
-    with pytest.raises(ValueError, match="not a multiple"):
+    with pytest.raises(ValueError, match="K slice"):
         ws_mlp.WsMLP(ws_mlp.WsConfig(16, 128, 8, 8), 1024, 3200, 8, "cpu", torch.bfloat16, 132)
+    with pytest.raises(ValueError, match="K slice"):  # 1536 wide: more than x's buffer holds
+        ws_mlp.WsMLP(ws_mlp.WsConfig(16, 128, 2, 8), 1024, 3072, 8, "cpu", torch.bfloat16, 132)
     mlp = ws_mlp.WsMLP(cfg, 1024, 3072, 8, "cpu", torch.bfloat16, 132)
     with pytest.raises(ValueError, match="built for"):
         mlp(torch.zeros(4, 1024, dtype=torch.bfloat16), None, None)
@@ -63,8 +65,10 @@ for cfg in b.CONFIGS:
     sig = dict(zip(("x_desc", "wgu_desc", "wd_desc"), map(mangle_type, descs)))
     sig.update(act_ptr="*bf16", part_ptr="*fp32", sync_ptr="*i32", M="i32", NUM_PROGRAMS="i32")
     c = dict(H=1024, I=3072, SPLIT=cfg.split, STAGES=cfg.stages, FLAG_STRIDE=cfg.flag_stride,
-             PDL=True, RESET=True)
-    src = GluonASTSource(w._ws_mlp_kernel, {**sig, **{k: "constexpr" for k in c}}, c)
+             PDL=True, RESET=True, STREAM_ONLY=False)
+    names = list(sig) + list(c)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in sig if n.endswith("_ptr")}
+    src = GluonASTSource(w._ws_mlp_kernel, {**sig, **{k: "constexpr" for k in c}}, c, attrs)
     k = triton.compile(src, target=target, options=dict(num_warps=4))
     ptx = k.asm["ptx"]
     assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx, cfg

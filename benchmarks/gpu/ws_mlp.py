@@ -17,9 +17,9 @@ data:
           waits (acquire) for slice s's counter to reach its gate_up task count, then
           -> fp32 partials [SPLIT, M, H], summed by the engine's next add + RMSNorm
 
-x ([M, H], M <= 64) sits in shared memory for the whole launch (one TMA load). Down's A
-operand (act) is read with plain loads after the acquire and staged through shared memory,
-so no async-proxy read of another program's generic stores is needed. The roundings are
+x ([M, H], M <= 64) sits in shared memory through the gate_up tasks (one TMA load). A down
+task copies its act slice into the same buffer with cp.async after the acquire (the generic
+proxy, as the stores that wrote it), then fences before wgmma reads it. The roundings are
 the engine's: gate and up rounded to the model dtype, then silu_mul's. The last program to
 finish zeroes the counters, so a CUDA graph can replay the launch.
 
@@ -34,10 +34,10 @@ from dataclasses import dataclass
 import torch
 
 try:
-    import triton
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import (
+        async_copy,
         fence_async_shared,
         mbarrier,
         tma,
@@ -122,10 +122,31 @@ if HAS_GLUON:
                     it += 1
 
     @gluon.jit
+    def _mma_stages(a_bufs, ring_a, ring_b, ready, empty, acc0, acc1, it, NK: gl.constexpr):
+        # acc0 += A_k @ ring_a^T, acc1 += A_k @ ring_b^T over NK ring stages, one stage's MMAs
+        # in flight while the next stage's are issued; each stage is freed for the producer
+        # once its MMAs are done.
+        STAGES: gl.constexpr = ring_a.type.shape[0]
+        for kk in gl.static_range(NK):
+            st = it % STAGES
+            mbarrier.wait(ready.index(st), (it // STAGES) & 1)
+            a = a_bufs.index(kk)
+            acc0 = warpgroup_mma(a, ring_a.index(st).permute((1, 0)), acc0, is_async=True)
+            acc1 = warpgroup_mma(a, ring_b.index(st).permute((1, 0)), acc1, is_async=True)
+            acc0, acc1 = warpgroup_mma_wait(num_outstanding=2, deps=(acc0, acc1))
+            if kk > 0:
+                mbarrier.arrive(empty.index((it - 1) % STAGES), count=1)
+            it += 1
+        acc0, acc1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc0, acc1))
+        mbarrier.arrive(empty.index((it - 1) % STAGES), count=1)
+        return acc0, acc1, it
+
+    @gluon.jit
     def _compute(
-        x_desc, x_smem, x_bar, h_smem, ring_a, ring_b, ready, empty, act_ptr, part_ptr,
+        x_desc, x_smem, x_bar, ring_a, ring_b, ready, empty, act_ptr, part_ptr,
         sync_ptr, M, NUM_PROGRAMS, H: gl.constexpr, I: gl.constexpr, SPLIT: gl.constexpr,
         FLAG_STRIDE: gl.constexpr, PDL: gl.constexpr, RESET: gl.constexpr,
+        STREAM_ONLY: gl.constexpr,
     ):  # fmt: skip
         BN: gl.constexpr = ring_a.type.shape[1]
         BK: gl.constexpr = ring_a.type.shape[2]
@@ -154,19 +175,23 @@ if HAS_GLUON:
         ld_ok = gl.expand_dims(ld_rows < M, 1)
         total = GU_TASKS + SPLIT * D_TILES
         it = 0
+        if STREAM_ONLY:  # timing only: the weight stream with no MMA, store or wait for data
+            n_st = 0
+            for task in range(gl.program_id(0), total, NUM_PROGRAMS):
+                n_st += gl.where(task < GU_TASKS, H // BK, KS // BK)
+            for _ in range(n_st):
+                st = it % STAGES
+                mbarrier.wait(ready.index(st), (it // STAGES) & 1)
+                mbarrier.arrive(empty.index(st), count=1)
+                it += 1
+            return
         for task in range(gl.program_id(0), total, NUM_PROGRAMS):
             acc0 = gl.zeros((BM, BN), dtype=gl.float32, layout=acc_l)
             acc1 = gl.zeros((BM, BN), dtype=gl.float32, layout=acc_l)
             if task < GU_TASKS:
-                for kk in range(H // BK):
-                    st = it % STAGES
-                    mbarrier.wait(ready.index(st), (it // STAGES) & 1)
-                    a = x_smem.index(kk)
-                    acc0 = warpgroup_mma(a, ring_a.index(st).permute((1, 0)), acc0, is_async=True)
-                    acc1 = warpgroup_mma(a, ring_b.index(st).permute((1, 0)), acc1, is_async=True)
-                    acc0, acc1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc0, acc1))
-                    mbarrier.arrive(empty.index(st), count=1)
-                    it += 1
+                acc0, acc1, it = _mma_stages(
+                    x_smem, ring_a, ring_b, ready, empty, acc0, acc1, it, H // BK
+                )
                 dt: gl.constexpr = act_ptr.dtype.element_ty
                 g = acc0.to(dt).to(gl.float32)
                 sg = (g / (1.0 + gl.exp(-g))).to(dt)
@@ -183,19 +208,22 @@ if HAS_GLUON:
                 done = gl.atomic_add(flag, 0, sem="acquire")
                 while done < GU_PER_SLICE:
                     done = gl.atomic_add(flag, 0, sem="acquire")
-                for k in range(s * KS, (s + 1) * KS, BK):
-                    hp = act_ptr + gl.expand_dims(ld_rows * I, 1) + gl.expand_dims(k + ld_cols, 0)
-                    hv = gl.load(hp, mask=ld_ok, other=0.0, cache_modifier=".cg")
-                    h_smem.store(hv)
-                    fence_async_shared()
-                    gl.thread_barrier()  # the whole tile in shared memory before the MMA
-                    st = it % STAGES
-                    mbarrier.wait(ready.index(st), (it // STAGES) & 1)
-                    acc0 = warpgroup_mma(h_smem, ring_a.index(st).permute((1, 0)), acc0, is_async=True)
-                    acc1 = warpgroup_mma(h_smem, ring_b.index(st).permute((1, 0)), acc1, is_async=True)
-                    acc0, acc1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc0, acc1))
-                    mbarrier.arrive(empty.index(st), count=1)
-                    it += 1
+                gl.thread_barrier()  # no thread copies act before the acquire
+                # The slice's act, all chunks at once, into x's buffer: every gate_up task of
+                # this program came before (tasks run in order), so x is no longer read.
+                for c in gl.static_range(KS // BK):
+                    hp = act_ptr + gl.expand_dims(ld_rows * I, 1)
+                    hp = hp + gl.expand_dims(s * KS + c * BK + ld_cols, 0)
+                    async_copy.async_copy_global_to_shared(
+                        x_smem.index(c), hp, mask=ld_ok, cache_modifier=".cg"
+                    )
+                async_copy.commit_group()
+                async_copy.wait_group(0)
+                fence_async_shared()  # cp.async's writes before wgmma's (async proxy) reads
+                gl.thread_barrier()
+                acc0, acc1, it = _mma_stages(
+                    x_smem, ring_a, ring_b, ready, empty, acc0, acc1, it, KS // BK
+                )
                 prow = gl.expand_dims((s * M + rows).to(gl.int64) * H, 1)
                 gl.store(part_ptr + prow + gl.expand_dims(n0 + cols, 0), acc0, mask=row_ok)
                 gl.store(part_ptr + prow + gl.expand_dims(n0 + BN + cols, 0), acc1, mask=row_ok)
@@ -213,12 +241,12 @@ if HAS_GLUON:
         x_desc, wgu_desc, wd_desc, act_ptr, part_ptr, sync_ptr, M, NUM_PROGRAMS,
         H: gl.constexpr, I: gl.constexpr, SPLIT: gl.constexpr, STAGES: gl.constexpr,
         FLAG_STRIDE: gl.constexpr, PDL: gl.constexpr, RESET: gl.constexpr,
+        STREAM_ONLY: gl.constexpr,
     ):  # fmt: skip
         BM: gl.constexpr = x_desc.block_type.shape[0]
         BK: gl.constexpr = x_desc.block_type.shape[1]
         BN: gl.constexpr = wgu_desc.block_type.shape[0]
         x_smem = gl.allocate_shared_memory(x_desc.dtype, [H // BK, BM, BK], x_desc.layout)
-        h_smem = gl.allocate_shared_memory(x_desc.dtype, [BM, BK], x_desc.layout)
         ring_a = gl.allocate_shared_memory(wgu_desc.dtype, [STAGES, BN, BK], wgu_desc.layout)
         ring_b = gl.allocate_shared_memory(wgu_desc.dtype, [STAGES, BN, BK], wgu_desc.layout)
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -232,8 +260,27 @@ if HAS_GLUON:
             [
                 (
                     _compute,
-                    (x_desc, x_smem, x_bar, h_smem, ring_a, ring_b, ready, empty, act_ptr,
-                     part_ptr, sync_ptr, M, NUM_PROGRAMS, H, I, SPLIT, FLAG_STRIDE, PDL, RESET),
+                    (
+                        x_desc,
+                        x_smem,
+                        x_bar,
+                        ring_a,
+                        ring_b,
+                        ready,
+                        empty,
+                        act_ptr,
+                        part_ptr,
+                        sync_ptr,
+                        M,
+                        NUM_PROGRAMS,
+                        H,
+                        I,
+                        SPLIT,
+                        FLAG_STRIDE,
+                        PDL,
+                        RESET,
+                        STREAM_ONLY,
+                    ),
                 ),  # fmt: skip
                 (
                     _weight_stream,
@@ -270,8 +317,9 @@ class WsMLP:
             raise ValueError(f"ws_mlp takes at most {MAX_ROWS} rows, got {rows}")
         if inter % (cfg.block_n * cfg.split) or hidden % (2 * cfg.block_n) or hidden % cfg.block_k:
             raise ValueError(f"hidden {hidden} / intermediate {inter} do not fit {cfg}")
-        if (inter // cfg.split) % cfg.block_k:
-            raise ValueError(f"a K slice of {inter // cfg.split} is not a multiple of {cfg}")
+        if (inter // cfg.split) % cfg.block_k or inter // cfg.split > hidden:
+            # down's act slice is staged in x's buffer: at most H wide
+            raise ValueError(f"a K slice of {inter // cfg.split} does not fit {cfg}")
         self.cfg, self.hidden, self.inter, self.rows = cfg, hidden, inter, rows
         self.programs = programs
         self.act = torch.empty(rows, inter, device=device, dtype=dtype)
@@ -279,11 +327,18 @@ class WsMLP:
         self.sync = torch.zeros(1 + cfg.split * cfg.flag_stride, device=device, dtype=torch.int32)
 
     def __call__(
-        self, x: torch.Tensor, w_gu: torch.Tensor, w_d: torch.Tensor, reset: bool = True
+        self,
+        x: torch.Tensor,
+        w_gu: torch.Tensor,
+        w_d: torch.Tensor,
+        reset: bool = True,
+        stream_only: bool = False,
     ) -> torch.Tensor:
+        """stream_only: timing only, the weight stream alone (the partials are garbage)."""
         c = self.cfg
         if x.shape != (self.rows, self.hidden):
-            raise ValueError(f"built for [{self.rows}, {self.hidden}], called with {tuple(x.shape)}")
+            want = (self.rows, self.hidden)
+            raise ValueError(f"built for {list(want)}, called with {tuple(x.shape)}")
         pdl = pdl_enabled(x)
         xd, gud, dd = descriptors(x, w_gu, w_d, c)
         tasks = self.inter // c.block_n + c.split * self.hidden // (2 * c.block_n)
@@ -291,7 +346,8 @@ class WsMLP:
         _ws_mlp_kernel[(programs,)](
             xd, gud, dd, self.act, self.parts, self.sync, self.rows, programs,
             H=self.hidden, I=self.inter, SPLIT=c.split, STAGES=c.stages,
-            FLAG_STRIDE=c.flag_stride, PDL=pdl, RESET=reset, num_warps=4, launch_pdl=pdl,
+            FLAG_STRIDE=c.flag_stride, PDL=pdl, RESET=reset, STREAM_ONLY=stream_only, num_warps=4,
+            launch_pdl=pdl,
         )  # fmt: skip
         return self.parts
 
