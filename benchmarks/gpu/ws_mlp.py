@@ -146,7 +146,7 @@ if HAS_GLUON:
         x_desc, x_smem, x_bar, ring_a, ring_b, ready, empty, act_ptr, part_ptr,
         sync_ptr, M, NUM_PROGRAMS, H: gl.constexpr, I: gl.constexpr, SPLIT: gl.constexpr,
         FLAG_STRIDE: gl.constexpr, PDL: gl.constexpr, RESET: gl.constexpr,
-        STREAM_ONLY: gl.constexpr,
+        STREAM_ONLY: gl.constexpr, NO_WAIT: gl.constexpr,
     ):  # fmt: skip
         BN: gl.constexpr = ring_a.type.shape[1]
         BK: gl.constexpr = ring_a.type.shape[2]
@@ -205,9 +205,10 @@ if HAS_GLUON:
                 s = d // D_TILES
                 n0 = (d % D_TILES) * 2 * BN
                 flag = sync_ptr + 1 + s * FLAG_STRIDE
-                done = gl.atomic_add(flag, 0, sem="acquire")
-                while done < GU_PER_SLICE:
+                if not NO_WAIT:  # timing only: NO_WAIT reads act unfinished
                     done = gl.atomic_add(flag, 0, sem="acquire")
+                    while done < GU_PER_SLICE:
+                        done = gl.atomic_add(flag, 0, sem="acquire")
                 gl.thread_barrier()  # no thread copies act before the acquire
                 # The slice's act, all chunks at once, into x's buffer: every gate_up task of
                 # this program came before (tasks run in order), so x is no longer read.
@@ -241,7 +242,7 @@ if HAS_GLUON:
         x_desc, wgu_desc, wd_desc, act_ptr, part_ptr, sync_ptr, M, NUM_PROGRAMS,
         H: gl.constexpr, I: gl.constexpr, SPLIT: gl.constexpr, STAGES: gl.constexpr,
         FLAG_STRIDE: gl.constexpr, PDL: gl.constexpr, RESET: gl.constexpr,
-        STREAM_ONLY: gl.constexpr,
+        STREAM_ONLY: gl.constexpr, NO_WAIT: gl.constexpr,
     ):  # fmt: skip
         BM: gl.constexpr = x_desc.block_type.shape[0]
         BK: gl.constexpr = x_desc.block_type.shape[1]
@@ -280,6 +281,7 @@ if HAS_GLUON:
                         PDL,
                         RESET,
                         STREAM_ONLY,
+                        NO_WAIT,
                     ),
                 ),  # fmt: skip
                 (
@@ -333,8 +335,10 @@ class WsMLP:
         w_d: torch.Tensor,
         reset: bool = True,
         stream_only: bool = False,
+        no_wait: bool = False,
     ) -> torch.Tensor:
-        """stream_only: timing only, the weight stream alone (the partials are garbage)."""
+        """Timing only, the partials garbage: stream_only runs the weight stream alone;
+        no_wait skips down's wait for its act slice."""
         c = self.cfg
         if x.shape != (self.rows, self.hidden):
             want = (self.rows, self.hidden)
@@ -346,7 +350,8 @@ class WsMLP:
         _ws_mlp_kernel[(programs,)](
             xd, gud, dd, self.act, self.parts, self.sync, self.rows, programs,
             H=self.hidden, I=self.inter, SPLIT=c.split, STAGES=c.stages,
-            FLAG_STRIDE=c.flag_stride, PDL=pdl, RESET=reset, STREAM_ONLY=stream_only, num_warps=4,
+            FLAG_STRIDE=c.flag_stride, PDL=pdl, RESET=reset, STREAM_ONLY=stream_only,
+            NO_WAIT=no_wait, num_warps=4,
             launch_pdl=pdl,
         )  # fmt: skip
         return self.parts
