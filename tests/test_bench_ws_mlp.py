@@ -66,7 +66,7 @@ for cfg in b.CONFIGS:
     sig.update(act_ptr="*bf16", part_ptr="*fp32", sync_ptr="*i32", M="i32", NUM_PROGRAMS="i32")
     c = dict(H=1024, I=3072, SPLIT=cfg.split, STAGES=cfg.stages, FLAG_STRIDE=cfg.flag_stride,
              PDL=True, RESET=True, STREAM_ONLY=False,
-             NO_WAIT=False)
+             NO_WAIT=False, LAG=cfg.lag)
     names = list(sig) + list(c)
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in sig if n.endswith("_ptr")}
     src = GluonASTSource(w._ws_mlp_kernel, {**sig, **{k: "constexpr" for k in c}}, c, attrs)

@@ -34,10 +34,12 @@ from ws_mlp import WsConfig, WsMLP  # noqa: E402
 CONFIGS = [
     WsConfig(block_n=16, block_k=128, split=4, stages=8),
     WsConfig(block_n=32, block_k=128, split=4, stages=4),
-    WsConfig(block_n=32, block_k=64, split=4, stages=8),
-    WsConfig(block_n=16, block_k=128, split=8, stages=8),
-    WsConfig(block_n=64, block_k=64, split=4, stages=6),
     WsConfig(block_n=32, block_k=128, split=3, stages=4),
+    WsConfig(block_n=16, block_k=128, split=4, stages=8, lag=3),
+    WsConfig(block_n=32, block_k=128, split=4, stages=4, lag=2),
+    WsConfig(block_n=32, block_k=128, split=3, stages=4, lag=3),
+    WsConfig(block_n=32, block_k=64, split=4, stages=8, lag=4),
+    WsConfig(block_n=16, block_k=64, split=4, stages=16, lag=8),
 ]
 
 

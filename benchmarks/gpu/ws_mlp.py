@@ -62,6 +62,7 @@ class WsConfig:
     split: int  # down's K slices (fp32 partials)
     stages: int  # weight ring depth
     flag_stride: int = 32  # counters on their own 128-byte lines
+    lag: int = 1  # ring stages whose MMAs may be in flight (< stages)
 
 
 if HAS_GLUON:
@@ -122,9 +123,11 @@ if HAS_GLUON:
                     it += 1
 
     @gluon.jit
-    def _mma_stages(a_bufs, ring_a, ring_b, ready, empty, acc0, acc1, it, NK: gl.constexpr):
-        # acc0 += A_k @ ring_a^T, acc1 += A_k @ ring_b^T over NK ring stages, one stage's MMAs
-        # in flight while the next stage's are issued; each stage is freed for the producer
+    def _mma_stages(
+        a_bufs, ring_a, ring_b, ready, empty, acc0, acc1, it, NK: gl.constexpr, LAG: gl.constexpr
+    ):
+        # acc0 += A_k @ ring_a^T, acc1 += A_k @ ring_b^T over NK ring stages, with LAG stages'
+        # MMAs in flight while the next stage's are issued; a stage goes back to the producer
         # once its MMAs are done.
         STAGES: gl.constexpr = ring_a.type.shape[0]
         for kk in gl.static_range(NK):
@@ -133,12 +136,13 @@ if HAS_GLUON:
             a = a_bufs.index(kk)
             acc0 = warpgroup_mma(a, ring_a.index(st).permute((1, 0)), acc0, is_async=True)
             acc1 = warpgroup_mma(a, ring_b.index(st).permute((1, 0)), acc1, is_async=True)
-            acc0, acc1 = warpgroup_mma_wait(num_outstanding=2, deps=(acc0, acc1))
-            if kk > 0:
-                mbarrier.arrive(empty.index((it - 1) % STAGES), count=1)
+            acc0, acc1 = warpgroup_mma_wait(num_outstanding=2 * LAG, deps=(acc0, acc1))
+            if kk >= LAG:
+                mbarrier.arrive(empty.index((it - LAG) % STAGES), count=1)
             it += 1
         acc0, acc1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc0, acc1))
-        mbarrier.arrive(empty.index((it - 1) % STAGES), count=1)
+        for j in gl.static_range(min(LAG, NK)):
+            mbarrier.arrive(empty.index((it - 1 - j) % STAGES), count=1)
         return acc0, acc1, it
 
     @gluon.jit
@@ -146,7 +150,7 @@ if HAS_GLUON:
         x_desc, x_smem, x_bar, ring_a, ring_b, ready, empty, act_ptr, part_ptr,
         sync_ptr, M, NUM_PROGRAMS, H: gl.constexpr, I: gl.constexpr, SPLIT: gl.constexpr,
         FLAG_STRIDE: gl.constexpr, PDL: gl.constexpr, RESET: gl.constexpr,
-        STREAM_ONLY: gl.constexpr, NO_WAIT: gl.constexpr,
+        STREAM_ONLY: gl.constexpr, NO_WAIT: gl.constexpr, LAG: gl.constexpr,
     ):  # fmt: skip
         BN: gl.constexpr = ring_a.type.shape[1]
         BK: gl.constexpr = ring_a.type.shape[2]
@@ -190,7 +194,7 @@ if HAS_GLUON:
             acc1 = gl.zeros((BM, BN), dtype=gl.float32, layout=acc_l)
             if task < GU_TASKS:
                 acc0, acc1, it = _mma_stages(
-                    x_smem, ring_a, ring_b, ready, empty, acc0, acc1, it, H // BK
+                    x_smem, ring_a, ring_b, ready, empty, acc0, acc1, it, H // BK, LAG
                 )
                 dt: gl.constexpr = act_ptr.dtype.element_ty
                 g = acc0.to(dt).to(gl.float32)
@@ -223,7 +227,7 @@ if HAS_GLUON:
                 fence_async_shared()  # cp.async's writes before wgmma's (async proxy) reads
                 gl.thread_barrier()
                 acc0, acc1, it = _mma_stages(
-                    x_smem, ring_a, ring_b, ready, empty, acc0, acc1, it, KS // BK
+                    x_smem, ring_a, ring_b, ready, empty, acc0, acc1, it, KS // BK, LAG
                 )
                 prow = gl.expand_dims((s * M + rows).to(gl.int64) * H, 1)
                 gl.store(part_ptr + prow + gl.expand_dims(n0 + cols, 0), acc0, mask=row_ok)
@@ -242,7 +246,7 @@ if HAS_GLUON:
         x_desc, wgu_desc, wd_desc, act_ptr, part_ptr, sync_ptr, M, NUM_PROGRAMS,
         H: gl.constexpr, I: gl.constexpr, SPLIT: gl.constexpr, STAGES: gl.constexpr,
         FLAG_STRIDE: gl.constexpr, PDL: gl.constexpr, RESET: gl.constexpr,
-        STREAM_ONLY: gl.constexpr, NO_WAIT: gl.constexpr,
+        STREAM_ONLY: gl.constexpr, NO_WAIT: gl.constexpr, LAG: gl.constexpr,
     ):  # fmt: skip
         BM: gl.constexpr = x_desc.block_type.shape[0]
         BK: gl.constexpr = x_desc.block_type.shape[1]
@@ -282,6 +286,7 @@ if HAS_GLUON:
                         RESET,
                         STREAM_ONLY,
                         NO_WAIT,
+                        LAG,
                     ),
                 ),  # fmt: skip
                 (
@@ -315,6 +320,8 @@ class WsMLP:
 
     def __init__(self, cfg: WsConfig, hidden: int, inter: int, rows: int, device, dtype,
                  programs: int) -> None:  # fmt: skip
+        if not 1 <= cfg.lag < cfg.stages:
+            raise ValueError(f"lag must be in [1, stages): {cfg}")
         if rows > MAX_ROWS:
             raise ValueError(f"ws_mlp takes at most {MAX_ROWS} rows, got {rows}")
         if inter % (cfg.block_n * cfg.split) or hidden % (2 * cfg.block_n) or hidden % cfg.block_k:
@@ -351,7 +358,7 @@ class WsMLP:
             xd, gud, dd, self.act, self.parts, self.sync, self.rows, programs,
             H=self.hidden, I=self.inter, SPLIT=c.split, STAGES=c.stages,
             FLAG_STRIDE=c.flag_stride, PDL=pdl, RESET=reset, STREAM_ONLY=stream_only,
-            NO_WAIT=no_wait, num_warps=4,
+            NO_WAIT=no_wait, LAG=c.lag, num_warps=4,
             launch_pdl=pdl,
         )  # fmt: skip
         return self.parts
