@@ -14,6 +14,10 @@ launch without the reset against what every task should have added; after timing
 are checked again (the counters reset across replays).
 
 python benchmarks/gpu/bench_ws_mlp.py [--json PATH] [--rows M ...] [--configs I ...]
+
+H200, 2026-12-04 (session 36, docs/benchmarks.md): slower than the engine at every row count
+and config (x0.52-0.80). Beside each config it also times its weight stream alone (no MMA, no
+stores, no waits) and the kernel without down's waits, to show where the time goes.
 """
 
 from __future__ import annotations

@@ -25,6 +25,11 @@ finish zeroes the counters, so a CUDA graph can replay the launch.
 
 Gluon has no interpreter: CI compiles it for sm90 (tests/test_bench_ws_mlp.py) and the probe
 checks its values against torch on the GPU before timing.
+
+H200, session 36 (docs/benchmarks.md, "Session 36"): correct, and slower than the engine's
+kernels at every row count (x0.80 at best, at M 1). Its weight stream alone, with no MMA and
+no waits, takes 1-2 us a layer less than the engine's whole MLP; skipping down's waits saves
+under 0.7 us; more MMAs in flight made it slower. The engine never dispatches here.
 """
 
 from __future__ import annotations
