@@ -239,35 +239,59 @@ def _layers(device, dtype):
     return out
 
 
+class MlpChains:
+    """28 layers' MLP weights, the engine's MLPs over them and one add + RMSNorm, and the
+    per-layer graph time of a chain [add + RMSNorm -> MLP] x 28 through either the engine's
+    MLPs or a probe's kernel (fn(x, w_gu, w_d) -> fp32 partials [split, M, H])."""
+
+    def __init__(self, dev, dt) -> None:
+        from strixlm.layers.norm import RMSNorm
+        from strixlm.models.llama import MLP
+
+        self.dt = dt
+        self.weights = _layers(dev, dt)
+        self.mlps = []
+        for w_gu, w_d in self.weights:
+            mlp = MLP(HIDDEN, INTER).to(device=dev, dtype=dt)
+            mlp.gate_up_proj.weight.data = w_gu
+            mlp.down_proj.weight.data = w_d
+            self.mlps.append(mlp)
+        self.norm = RMSNorm(HIDDEN, EPS).to(device=dev, dtype=dt)
+
+    def engine_us(self, x0: torch.Tensor, res: torch.Tensor) -> float:
+        from graph_timing import graph_time_us
+
+        def chain():
+            h = x0
+            for mlp in self.mlps:
+                xn, _ = self.norm(h, res)
+                h = mlp(xn, partials=True)
+
+        return graph_time_us(chain) / LAYERS
+
+    def probe_us(self, fn, x0: torch.Tensor, res: torch.Tensor) -> float:
+        from graph_timing import graph_time_us
+
+        from strixlm.layers.splitk_partials import SplitKPartials
+
+        def chain():
+            h = x0
+            for w_gu, w_d in self.weights:
+                xn, _ = self.norm(h, res)
+                h = SplitKPartials(fn(xn, w_gu, w_d), self.dt)
+
+        return graph_time_us(chain) / LAYERS
+
+
 def gpu_main(args) -> dict:
-    from graph_timing import graph_time_us
-
-    from strixlm.layers.norm import RMSNorm
-    from strixlm.layers.splitk_partials import SplitKPartials
-    from strixlm.models.llama import MLP
-
     dev, dt = torch.device("cuda"), torch.bfloat16
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
-    weights = _layers(dev, dt)
-    mlps = []
-    for w_gu, w_d in weights:
-        mlp = MLP(HIDDEN, INTER).to(device=dev, dtype=dt)
-        mlp.gate_up_proj.weight.data = w_gu
-        mlp.down_proj.weight.data = w_d
-        mlps.append(mlp)
-    norm = RMSNorm(HIDDEN, EPS).to(device=dev, dtype=dt)
+    chains = MlpChains(dev, dt)
     results: dict = {"sms": sms, "rows": {}}
     for m in args.rows:
         x0 = torch.randn(m, HIDDEN, device=dev, dtype=dt)
         res = torch.randn(m, HIDDEN, device=dev, dtype=dt)
-
-        def engine_chain(x0=x0, res=res):
-            h = x0
-            for mlp in mlps:
-                xn, _ = norm(h, res)
-                h = mlp(xn, partials=True)
-
-        row = {"engine_us": graph_time_us(engine_chain) / LAYERS}
+        row = {"engine_us": chains.engine_us(x0, res)}
         print(f"M {m}: engine MLP + add/RMSNorm {row['engine_us']:.2f} us/layer", flush=True)
         for cfg, variant in [(c, v) for c in args_configs(args) for v in args_variants(args)]:
             flow = DataflowMLP(cfg, m, dev, dt, sms, variant)
@@ -277,13 +301,7 @@ def gpu_main(args) -> dict:
                 print(f"  {cfg}: failed: {type(e).__name__}: {e}"[:300], flush=True)
                 continue
 
-            def flow_chain(flow=flow, x0=x0, res=res):
-                h = x0
-                for w_gu, w_d in weights:
-                    xn, _ = norm(h, res)
-                    h = SplitKPartials(flow(xn, w_gu, w_d), dt)
-
-            us = graph_time_us(flow_chain) / LAYERS
+            us = chains.probe_us(flow, x0, res)
             again = check(flow, m, dev, dt, seed=3)  # the counters reset across launches
             row[str((asdict(cfg), variant))] = {"us": us, "rel_err": err, "rel_err_after": again}
             print(

@@ -26,13 +26,14 @@ import argparse
 import json
 import sys
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench_dataflow_mlp import EPS, HIDDEN, INTER, LAYERS, _layers, mlp_ref  # noqa: E402
+from bench_dataflow_mlp import HIDDEN, INTER, MlpChains, mlp_ref  # noqa: E402
 from ws_mlp import WsConfig, WsMLP  # noqa: E402
 
 CONFIGS = [
@@ -74,35 +75,15 @@ def counters_ok(mlp: WsMLP, device, dtype) -> bool:
 
 
 def gpu_main(args) -> dict:
-    from graph_timing import graph_time_us
-
-    from strixlm.layers.norm import RMSNorm
-    from strixlm.layers.splitk_partials import SplitKPartials
-    from strixlm.models.llama import MLP
-
     dev, dt = torch.device("cuda"), torch.bfloat16
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
-    weights = _layers(dev, dt)
-    mlps = []
-    for w_gu, w_d in weights:
-        mlp = MLP(HIDDEN, INTER).to(device=dev, dtype=dt)
-        mlp.gate_up_proj.weight.data = w_gu
-        mlp.down_proj.weight.data = w_d
-        mlps.append(mlp)
-    norm = RMSNorm(HIDDEN, EPS).to(device=dev, dtype=dt)
+    chains = MlpChains(dev, dt)
     configs = [CONFIGS[i] for i in args.configs] if args.configs else CONFIGS
     results: dict = {"sms": sms, "rows": {}}
     for m in args.rows:
         x0 = torch.randn(m, HIDDEN, device=dev, dtype=dt)
         res = torch.randn(m, HIDDEN, device=dev, dtype=dt)
-
-        def engine_chain(x0=x0, res=res):
-            h = x0
-            for mlp in mlps:
-                xn, _ = norm(h, res)
-                h = mlp(xn, partials=True)
-
-        row: dict = {"engine_us": graph_time_us(engine_chain) / LAYERS}
+        row: dict = {"engine_us": chains.engine_us(x0, res)}
         print(f"M {m}: engine add/RMSNorm + MLP {row['engine_us']:.2f} us/layer", flush=True)
         for cfg in configs:
             ws = WsMLP(cfg, HIDDEN, INTER, m, dev, dt, sms)
@@ -113,22 +94,10 @@ def gpu_main(args) -> dict:
                 print(f"  {cfg}: failed: {type(e).__name__}: {e}"[:400], flush=True)
                 continue
 
-            def ws_chain(ws=ws, x0=x0, res=res):
-                h = x0
-                for w_gu, w_d in weights:
-                    xn, _ = norm(h, res)
-                    h = SplitKPartials(ws(xn, w_gu, w_d), dt)
-
-            def stream_chain(ws=ws, x0=x0, res=res, mode="stream_only"):
-                h = x0
-                for w_gu, w_d in weights:
-                    xn, _ = norm(h, res)
-                    h = SplitKPartials(ws(xn, w_gu, w_d, **{mode: True}), dt)
-
-            us = graph_time_us(ws_chain) / LAYERS
+            us = chains.probe_us(ws, x0, res)
             again = check(ws, dev, dt, seed=3)
-            stream_us = graph_time_us(stream_chain) / LAYERS
-            nowait_us = graph_time_us(lambda: stream_chain(mode="no_wait")) / LAYERS
+            stream_us = chains.probe_us(partial(ws, stream_only=True), x0, res)
+            nowait_us = chains.probe_us(partial(ws, no_wait=True), x0, res)
             ws.sync.zero_()  # no_wait leaves the counters short of a reset
             row[str(asdict(cfg))] = {
                 "us": us, "stream_only_us": stream_us, "no_wait_us": nowait_us, "rel_err": err,

@@ -71,21 +71,8 @@ class WsConfig:
 
 
 if HAS_GLUON:
-
-    @gluon.jit
-    def _pdl_wait():
-        # griddepcontrol.wait, then let the successor start its prologue.
-        gl.inline_asm_elementwise(
-            "griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
-        )
-        gl.inline_asm_elementwise(
-            "griddepcontrol.launch_dependents; // $0",
-            "=r",
-            [],
-            dtype=gl.int32,
-            is_pure=False,
-            pack=1,
-        )
+    # griddepcontrol.wait, then let the successor start its prologue (early_weight_gemm's).
+    from early_weight_gemm import _gdc_wait_and_release as _pdl_wait
 
     @gluon.jit
     def _weight_stream(
