@@ -33,7 +33,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench_dataflow_mlp import HIDDEN, INTER, MlpChains, mlp_ref  # noqa: E402
+from bench_dataflow_mlp import HIDDEN, INTER, MlpChains, check  # noqa: E402
 from ws_mlp import WsConfig, WsMLP  # noqa: E402
 
 CONFIGS = [
@@ -46,17 +46,6 @@ CONFIGS = [
     WsConfig(block_n=32, block_k=64, split=4, stages=8, lag=4),
     WsConfig(block_n=16, block_k=64, split=4, stages=16, lag=8),
 ]
-
-
-def check(mlp: WsMLP, device, dtype, seed: int = 0) -> float:
-    """Max relative error of the partials against mlp_ref."""
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(mlp.rows, HIDDEN, generator=g).to(device=device, dtype=dtype)
-    w_gu = (torch.randn(2 * INTER, HIDDEN, generator=g) * 0.03).to(device=device, dtype=dtype)
-    w_d = (torch.randn(HIDDEN, INTER, generator=g) * 0.03).to(device=device, dtype=dtype)
-    got = mlp(x, w_gu, w_d).float()
-    ref = mlp_ref(x, w_gu, w_d, mlp.cfg.split)
-    return float((got - ref).abs().max() / ref.abs().max().clamp_min(1e-6))
 
 
 def counters_ok(mlp: WsMLP, device, dtype) -> bool:
@@ -88,14 +77,14 @@ def gpu_main(args) -> dict:
         for cfg in configs:
             ws = WsMLP(cfg, HIDDEN, INTER, m, dev, dt, sms)
             try:
-                err = check(ws, dev, dt)
+                err = check(ws, m, dev, dt)  # the dataflow probe's: same call, same chain
                 counted = counters_ok(ws, dev, dt)
             except Exception as e:  # noqa: BLE001 - a config that fails to build is a result
                 print(f"  {cfg}: failed: {type(e).__name__}: {e}"[:400], flush=True)
                 continue
 
             us = chains.probe_us(ws, x0, res)
-            again = check(ws, dev, dt, seed=3)
+            again = check(ws, m, dev, dt, seed=3)
             stream_us = chains.probe_us(partial(ws, stream_only=True), x0, res)
             nowait_us = chains.probe_us(partial(ws, no_wait=True), x0, res)
             ws.sync.zero_()  # no_wait leaves the counters short of a reset

@@ -322,7 +322,9 @@ class WsMLP:
             # down's act slice is staged in x's buffer: at most H wide
             raise ValueError(f"a K slice of {inter // cfg.split} does not fit {cfg}")
         self.cfg, self.hidden, self.inter, self.rows = cfg, hidden, inter, rows
-        self.programs = programs
+        # One program an SM, never more than there are tasks (gate_up's, then down's).
+        tasks = inter // cfg.block_n + cfg.split * hidden // (2 * cfg.block_n)
+        self.programs = min(programs, tasks)
         self.act = torch.empty(rows, inter, device=device, dtype=dtype)
         self.parts = torch.empty(cfg.split, rows, hidden, device=device, dtype=torch.float32)
         self.sync = torch.zeros(1 + cfg.split * cfg.flag_stride, device=device, dtype=torch.int32)
@@ -344,10 +346,8 @@ class WsMLP:
             raise ValueError(f"built for {list(want)}, called with {tuple(x.shape)}")
         pdl = pdl_enabled(x)
         xd, gud, dd = descriptors(x, w_gu, w_d, c)
-        tasks = self.inter // c.block_n + c.split * self.hidden // (2 * c.block_n)
-        programs = min(self.programs, tasks)
-        _ws_mlp_kernel[(programs,)](
-            xd, gud, dd, self.act, self.parts, self.sync, self.rows, programs,
+        _ws_mlp_kernel[(self.programs,)](
+            xd, gud, dd, self.act, self.parts, self.sync, self.rows, self.programs,
             H=self.hidden, I=self.inter, SPLIT=c.split, STAGES=c.stages,
             FLAG_STRIDE=c.flag_stride, PDL=pdl, RESET=reset, STREAM_ONLY=stream_only,
             NO_WAIT=no_wait, LAG=c.lag, num_warps=4,
@@ -360,8 +360,7 @@ class WsMLP:
         slice's gate_up task count."""
         c = self.cfg
         out = [0] * (1 + c.split * c.flag_stride)
-        tasks = self.inter // c.block_n + c.split * self.hidden // (2 * c.block_n)
-        out[0] = min(self.programs, tasks)
+        out[0] = self.programs
         for s in range(c.split):
             out[1 + s * c.flag_stride] = self.inter // c.block_n // c.split
         return out
