@@ -1,0 +1,127 @@
+"""Decode attention over an fp8 KV cache against the same batch over a bf16 cache.
+
+python benchmarks/gpu/bench_fp8_decode.py [--json PATH] [--variants a,b,...]
+
+An fp8 cache holds half the bytes of a bf16 one, so memory-bound decode attention over it
+should take about half the time. This times the engine's decode attention (the heuristic's
+config, the persistent grid, longest-first order) at the standard workload's mid-run shapes
+over both caches, then fp8 variants (the byte-pair loads, other tiles / warps / stages),
+each checked against the fp32 reference over the dequantized cache first and timed as a
+CUDA-graph replay. Bandwidth is the cache bytes a launch must read over its time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+from check_attention import (  # noqa: E402
+    DTYPE,
+    FP8_SCALE,
+    HKV,
+    HQ,
+    REL_TOL,
+    SCALE,
+    D,
+    attn_call,
+    make_batch,
+    rel_err,
+)
+from graph_timing import graph_time_us  # noqa: E402
+from sweep_decode_attn import SHAPES, SPLIT_SHAPES  # noqa: E402
+
+from strixlm.kernels import kv_write as kvw  # noqa: E402
+from strixlm.kernels import paged_attention as pa  # noqa: E402
+
+# (name, byte pairs, tile, warps, stages); None keeps the heuristic's value.
+VARIANTS = {
+    "pairs": (True, None, None, None),
+    "t64": (False, 64, None, None),
+    "pairs_t64": (True, 64, None, None),
+    "pairs_w4": (True, None, 4, None),
+    "pairs_t64_w4": (True, 64, 4, None),
+    "pairs_s4": (True, None, None, 4),
+}
+BENCH_SHAPES = [s for s in SHAPES if s[0] != "b256 ctx520"] + [
+    s for s in SPLIT_SHAPES if s[0] in ("b16 spread900-2000", "b48 spread700-2000")
+]
+
+
+def run_shape(name: str, ctxs: list[int], variants: list[str]) -> dict:
+    b = len(ctxs)
+    rows = [(c - 1, 1) for c in ctxs]
+    order = torch.tensor(sorted(range(b), key=lambda i: -ctxs[i]), dtype=torch.int32).cuda()
+    sms = pa.num_sms(torch.device("cuda"))
+    heur = pa.select_config(HQ, HKV, D, b, 1, max(ctxs), sms)
+    tokens = sum(ctxs) * HKV * D * 2
+    res: dict = {"shape": name, "config": str(heur)}
+    q, _, _, cache16, md = make_batch(rows, DTYPE)
+    t16 = graph_time_us(attn_call(q, cache16, md, False, seq_order=order))
+    del cache16
+    q8, _, _, cache8, md8 = make_batch(rows, kvw.FP8_DTYPE)
+    ref = pa.paged_attention_ref(
+        q8.float(), cache8, md8.query_lens_cpu, md8.seq_lens_cpu, md8.block_table, SCALE,
+        FP8_SCALE, FP8_SCALE,
+    )  # fmt: skip
+    res["bf16_us"] = t16
+    line = f"{name}: bf16 {t16:7.1f} us ({tokens * 2 / t16 / 1e6:.2f} TB/s)"
+    for vname in ["default", *variants]:
+        pairs, tile, warps, stages = VARIANTS.get(vname, (False, None, None, None))
+        cfg = None
+        if tile or warps or stages:
+            cfg = dataclasses.replace(
+                heur,
+                tile=tile or heur.tile,
+                num_warps=warps or heur.num_warps,
+                num_stages=stages or heur.num_stages,
+            )
+        pa.FP8_PAIRS_ENABLED = pairs
+        fn = attn_call(q8, cache8, md8, True, cfg, seq_order=order)
+        try:
+            err = rel_err(fn()[: md8.num_tokens], ref)[0]
+            t8 = graph_time_us(fn)
+        except Exception as e:  # out of shared memory or registers, etc.
+            print(f"  {vname}: {type(e).__name__}: {str(e)[:120]}")
+            continue
+        finally:
+            pa.FP8_PAIRS_ENABLED = False
+        ok = err < REL_TOL
+        res[vname] = dict(us=t8, rel_err=err, ok=ok, x_bf16=t16 / t8)
+        line += (
+            f"\n  fp8 {vname:>13}: {t8:7.1f} us ({tokens / t8 / 1e6:.2f} TB/s of fp8,"
+            f" x{t16 / t8:.3f} vs bf16) rel err {err:.1e} {'ok' if ok else 'FAIL'}"
+        )
+    print(line, flush=True)
+    del cache8
+    torch.cuda.empty_cache()
+    return res
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated fp8 variants")
+    args = ap.parse_args()
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        ap.error(f"--variants: unknown {unknown}; known: {sorted(VARIANTS)}")
+    print(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__}))
+    results = [run_shape(name, ctxs, variants) for name, ctxs in BENCH_SHAPES]
+    bad = [(r["shape"], v) for r in results for v, x in r.items() if isinstance(x, dict)
+           and not x["ok"]]  # fmt: skip
+    print("ALL OK" if not bad else f"FAILED: {bad}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
