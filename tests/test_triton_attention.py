@@ -429,17 +429,19 @@ def test_kernels_compile_for_sm90():
     assert_compiles(AOT_SCRIPT)
 
 
-def test_fp8_pairs_is_opt_in_and_compiled_only(monkeypatch):
-    """The byte-pair fp8 read (inline PTX) is never taken under the interpreter, nor for
-    fp32 q or a 16-bit cache, and only with STRIXLM_ATTN_FP8_PAIRS=1 until it has run on
-    a GPU."""
+def test_fp8_pairs_is_default_and_compiled_only(monkeypatch):
+    """The byte-pair fp8 read (inline PTX) is on by default for compiled kernels, never
+    taken under the interpreter, nor for fp32 q or a 16-bit cache, and
+    STRIXLM_ATTN_FP8_PAIRS=0 turns it off."""
     q = torch.zeros(1, 4, 32, dtype=torch.float16)
     cache = torch.zeros(2, 1, 4, 2, 32).to(kvw.FP8_DTYPE)
-    assert not pa.fp8_pairs(q, cache)
-    monkeypatch.setattr(pa, "FP8_PAIRS_ENABLED", True)  # STRIXLM_ATTN_FP8_PAIRS=1
+    assert pa.FP8_PAIRS_ENABLED or os.environ.get("STRIXLM_ATTN_FP8_PAIRS") == "0"
+    monkeypatch.setattr(pa, "FP8_PAIRS_ENABLED", True)
     assert not pa.fp8_pairs(q, cache)  # the interpreter cannot run inline PTX
     monkeypatch.setattr(pa, "interpreter_active", lambda: False)
     assert pa.fp8_pairs(q, cache)
     assert not pa.fp8_pairs(q.float(), cache)
     assert not pa.fp8_pairs(q, cache.to(torch.float16))
     assert not pa.fp8_pairs(torch.zeros(1, 4, 48, dtype=torch.float16), cache)
+    monkeypatch.setattr(pa, "FP8_PAIRS_ENABLED", False)  # STRIXLM_ATTN_FP8_PAIRS=0
+    assert not pa.fp8_pairs(q, cache)

@@ -356,6 +356,9 @@ def cases(quick: bool) -> list[Case]:
     cs.append(Case("chunk 512 @ ctx 1536", [(1536, 512)]))
     mixed = [(1024, 512)] + [(int(c), 1) for c in torch.linspace(100, 4000, 63).tolist()]
     cs.append(Case("mixed 1x512 chunk + 63 decodes", mixed))
+    # fp8 caches in the unified kernel's prefill / extend paths (mixed steps)
+    cs.append(Case("chunk 512 @ ctx 1536 fp8", [(1536, 512)], kvw.FP8_DTYPE))
+    cs.append(Case("mixed 1x512 chunk + 63 decodes fp8", mixed, kvw.FP8_DTYPE))
     return cs
 
 

@@ -61,7 +61,8 @@
 #   splitkab the workload with the engine's split-K o_proj / down (8 < M <= 128, reduced in
 #           the next add + RMSNorm) on / off: STRIXLM_SPLITK_MAX_ROWS=128 / 0, alternating,
 #           twice each, after a warm-up run
-#   fp8pairs check_attention with and without STRIXLM_ATTN_FP8_PAIRS=1, then fp8 throughput
+#   fp8pairs check_attention with the fp8 byte-pair read (default) and without
+#           (STRIXLM_ATTN_FP8_PAIRS=0), then fp8 throughput both ways
 #   fp8     check_attention --quick (fp8 cache bytes vs torch) and the workload with fp8 KV
 #   inductor  torch.compile max-autotune GEMMs at M=256 vs cuBLAS (bench_decode_gemm --inductor)
 #   gemm    decode GEMMs at batch 64-256: cuBLAS vs weight layout vs split-K Triton, and
@@ -374,12 +375,13 @@ fi
 if has abpersist; then  # the workload with the persistent decode kernel on / off, alternating
   ab_tp STRIXLM_ATTN_PERSISTENT tp_persist on1:1 off1:0 on2:1 off2:0
 fi
-if has fp8pairs; then  # fp8 K/V read as byte pairs (opt-in until this runs): vs torch, then speed
-  STRIXLM_ATTN_FP8_PAIRS=1 run attn_check_pairs 150 python benchmarks/gpu/check_attention.py --quick
-  run attn_check_nopairs 150 python benchmarks/gpu/check_attention.py --quick
-  STRIXLM_ATTN_FP8_PAIRS=1 run tp_fp8_pairs_warm 100 $TP --model qwen3-0.6b --kv-cache-dtype fp8
-  STRIXLM_ATTN_FP8_PAIRS=1 run tp_fp8_pairs 100 $TP --model qwen3-0.6b --kv-cache-dtype fp8 \
-    --output-json "$OUT/tp_fp8_pairs.json"
+if has fp8pairs; then  # fp8 K/V read as byte pairs (the default) vs Triton's conversion
+  run attn_check_pairs 150 python benchmarks/gpu/check_attention.py --quick
+  STRIXLM_ATTN_FP8_PAIRS=0 run attn_check_nopairs 150 python benchmarks/gpu/check_attention.py --quick
+  run tp_fp8_pairs_warm 100 $TP --model qwen3-0.6b --kv-cache-dtype fp8
+  run tp_fp8_pairs 100 $TP --model qwen3-0.6b --kv-cache-dtype fp8 --output-json "$OUT/tp_fp8_pairs.json"
+  STRIXLM_ATTN_FP8_PAIRS=0 run tp_fp8_nopairs 100 $TP --model qwen3-0.6b --kv-cache-dtype fp8 \
+    --output-json "$OUT/tp_fp8_nopairs.json"
 fi
 if has persist; then  # decode attention: unified vs persistent grid (bit-equal outputs)
   run persist 300 python benchmarks/gpu/sweep_decode_attn.py --persistent --json "$OUT/persistent.json"
