@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import sys
 from pathlib import Path
@@ -106,17 +107,80 @@ def run_shape(name: str, ctxs: list[int], variants: list[str]) -> dict:
     return res
 
 
+# (programs per SM, register cap, stages) for --occupancy: the fp8 kernel is latency bound
+# at the default 4 two-warp programs an SM (register limited), with ~0.5 eligible warps per
+# scheduler (ncu_fp8_decode.py).
+OCCUPANCY = [(4, None, 3), (5, 192, 3), (6, 168, 3), (6, 160, 2), (8, 128, 2), (6, 128, 3)]
+
+
+def persistent_call(q, cache, md, heur, sms, s, order, n_prog, maxnreg, stages):
+    """The engine's persistent decode kernel at a given grid, register cap and stages."""
+    from strixlm.kernels import paged_decode as pdk
+
+    return pdk.paged_decode_persistent(
+        q, cache, md.query_start_loc, md.seq_lens, md.block_table, SCALE, torch.empty_like(q),
+        block_m=heur.block_m, tile=heur.tile, num_warps=heur.num_warps, num_stages=stages,
+        k_rows=heur.k_rows, sms=sms, k_scale=s, v_scale=s, seq_order=order,
+        num_programs=n_prog, maxnreg=maxnreg,
+    )  # fmt: skip
+
+
+def occupancy_sweep(name: str, ctxs: list[int]) -> dict:
+    """The persistent grid at more programs an SM, with registers capped so that they fit,
+    over a bf16 and an fp8 cache (the engine's tile and warps, longest-first order)."""
+    b = len(ctxs)
+    rows = [(c - 1, 1) for c in ctxs]
+    order = torch.tensor(sorted(range(b), key=lambda i: -ctxs[i]), dtype=torch.int32).cuda()
+    sms = pa.num_sms(torch.device("cuda"))
+    heur = pa.select_config(HQ, HKV, D, b, 1, max(ctxs), sms)
+    fp8_bytes = sum(ctxs) * HKV * D * 2
+    res: dict = {"shape": name, "config": str(heur)}
+    line = f"{name} ({heur.tile}-token tiles, {heur.num_warps} warps):"
+    for label, dt in (("bf16", DTYPE), ("fp8", kvw.FP8_DTYPE)):
+        q, _, _, cache, md = make_batch(rows, dt)
+        s = FP8_SCALE if dt == kvw.FP8_DTYPE else 1.0
+        ref = pa.paged_attention_ref(
+            q.float(), cache, md.query_lens_cpu, md.seq_lens_cpu, md.block_table, SCALE, s, s
+        )
+        nbytes = fp8_bytes * cache.element_size()
+        for ctas, maxnreg, stages in OCCUPANCY:
+            n_prog = max(1, min(b, sms * ctas // HKV))
+
+            fn = functools.partial(
+                persistent_call, q, cache, md, heur, sms, s, order, n_prog, maxnreg, stages
+            )
+            try:
+                err = rel_err(fn()[: md.num_tokens], ref)[0]
+                t = graph_time_us(fn)
+            except Exception as e:  # out of resources
+                line += f"\n  {label} {ctas}/SM regs {maxnreg} s{stages}: {type(e).__name__}"
+                continue
+            ok = err < REL_TOL
+            res[f"{label} {ctas}/SM regs {maxnreg} s{stages}"] = dict(us=t, rel_err=err, ok=ok)
+            flag = "" if ok else " FAIL"
+            line += (f"\n  {label:>4} {ctas}/SM regs {str(maxnreg):>4} s{stages}: {t:7.1f} us"
+                     f" ({nbytes / t / 1e6:.2f} TB/s) rel err {err:.1e}{flag}")  # fmt: skip
+        del cache
+        torch.cuda.empty_cache()
+    print(line, flush=True)
+    return res
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated fp8 variants")
+    ap.add_argument("--occupancy", action="store_true", help="programs an SM x register caps")
     args = ap.parse_args()
     variants = [v for v in args.variants.split(",") if v]
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         ap.error(f"--variants: unknown {unknown}; known: {sorted(VARIANTS)}")
     print(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__}))
-    results = [run_shape(name, ctxs, variants) for name, ctxs in BENCH_SHAPES]
+    if args.occupancy:
+        results = [occupancy_sweep(name, ctxs) for name, ctxs in BENCH_SHAPES[:4]]
+    else:
+        results = [run_shape(name, ctxs, variants) for name, ctxs in BENCH_SHAPES]
     bad = [(r["shape"], v) for r in results for v, x in r.items() if isinstance(x, dict)
            and not x["ok"]]  # fmt: skip
     print("ALL OK" if not bad else f"FAILED: {bad}")

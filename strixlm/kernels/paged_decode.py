@@ -468,6 +468,7 @@ def paged_decode_persistent(
     qk: QKNormRopeWrite | None = None,
     timing: torch.Tensor | None = None,
     dynamic_frac: float | None = None,
+    maxnreg: int | None = None,
 ) -> torch.Tensor:
     """Decode attention (each sequence 0 or 1 query tokens) with the persistent grid; the
     arguments are paged_attention's. num_segs > 1 splits every sequence into that many
@@ -478,7 +479,8 @@ def paged_decode_persistent(
     the q/k norm + rotary on them (q and k in place) and writes K/V to the cache first.
     timing (benchmarks, compiled only): int64 [num_kv_heads * programs * 4] receives each
     program's start and end globaltimer (ns), SM id and tile count. dynamic_frac: the share
-    of sequences whose items are handed out dynamically (None: DYNAMIC_FRAC)."""
+    of sequences whose items are handed out dynamically (None: DYNAMIC_FRAC). maxnreg caps
+    the registers per thread (benchmarks: more programs fit an SM)."""
     _, hq, d = q.shape
     _, _, bs, hkv, _ = kv_cache.shape
     num_seqs = seq_lens.shape[0]
@@ -549,6 +551,7 @@ def paged_decode_persistent(
         num_warps=num_warps,
         num_stages=num_stages,
         launch_pdl=pdl,
+        **({"maxnreg": maxnreg} if maxnreg else {}),
     )
     if num_segs > 1:
         merge_segments(out, *segm, float(v_scale), num_segs)
