@@ -78,6 +78,14 @@ if HAS_TRITON:
 # tile / warp / per-SM configs: b256 167.2 us one head, 168.4-191.9 two; workload -3%
 # (H200, session 31, bench_decode_timeline.py --workload).
 PERSISTENT_CTAS_PER_SM = env_int("STRIXLM_ATTN_PERSISTENT_CTAS", 4)
+# Over fp8 caches the kernel is latency bound at four programs an SM (218 registers a
+# thread, 8 warps an SM, 0.54 eligible warps a scheduler: ncu_fp8_decode.py). Six, with
+# registers capped at 168 so that they fit: H200 (2026-12-04, bench_fp8_decode.py
+# --occupancy) 252 -> 229 us at b256, 183 -> 159 at b200, even at b128, +3% at b64; the
+# standard workload with fp8 KV 28,201-28,209 -> 29,346-29,374 tok/s (alternating runs).
+# 0 keeps the bf16 grid / no cap (A/B runs; read at import).
+FP8_CTAS_PER_SM = env_int("STRIXLM_ATTN_FP8_CTAS", 6)
+FP8_MAXNREG = env_int("STRIXLM_ATTN_FP8_MAXNREG", 168)
 # STRIXLM_ATTN_PERSISTENT=0 keeps the unified kernel, for A/B runs (read once, at import).
 PERSISTENT_ENABLED = os.environ.get("STRIXLM_ATTN_PERSISTENT", "1") != "0"
 # Use it unsplit when programs get at least this many sequences on average (batch 83 with
@@ -132,10 +140,13 @@ def dynamic_count(num_seqs: int, dynamic_frac: float | None = None) -> int:
     return min(num_seqs, int(num_seqs * frac))
 
 
-def persistent_programs(num_seqs: int, num_kv_heads: int, sms: int) -> int:
-    """Programs per kv head (P): PERSISTENT_CTAS_PER_SM per SM in all, at most one per
-    sequence."""
-    per_head = max(1, (sms * PERSISTENT_CTAS_PER_SM) // max(1, num_kv_heads))
+def persistent_programs(
+    num_seqs: int, num_kv_heads: int, sms: int, ctas_per_sm: int | None = None
+) -> int:
+    """Programs per kv head (P): PERSISTENT_CTAS_PER_SM (or ctas_per_sm) per SM in all, at
+    most one per sequence."""
+    ctas = ctas_per_sm or PERSISTENT_CTAS_PER_SM
+    per_head = max(1, (sms * ctas) // max(1, num_kv_heads))
     return max(1, min(num_seqs, per_head))
 
 
@@ -487,7 +498,11 @@ def paged_decode_persistent(
     g = hq // hkv
     assert block_m >= g
     items = num_seqs * num_segs
-    n_prog = num_programs or persistent_programs(items, hkv, sms)
+    fp8 = kv_cache.dtype == FP8_DTYPE
+    if fp8 and maxnreg is None and FP8_MAXNREG:
+        maxnreg = FP8_MAXNREG
+    ctas = FP8_CTAS_PER_SM if fp8 and FP8_CTAS_PER_SM else None
+    n_prog = num_programs or persistent_programs(items, hkv, sms, ctas)
     # The fused q/k prologue covers the dealt sequences only: no dynamic ones with it.
     n_dyn = dynamic_count(num_seqs, dynamic_frac) if qk is None else 0
     counters = dynamic_counters(q.device, hkv) if n_dyn else None
