@@ -435,3 +435,13 @@ def test_block_ids_ahead_change_no_value(monkeypatch, segs):
         assert torch.equal(off, on)
     unified = _unified(2, segs)[: b.t]
     assert torch.equal(outs[True][0], unified) and torch.equal(outs[True][2], unified)
+
+
+def test_fp8_caches_take_their_own_grid():
+    """Over fp8 caches the persistent grid runs FP8_CTAS_PER_SM programs an SM (registers
+    capped at FP8_MAXNREG so that they fit); other caches keep PERSISTENT_CTAS_PER_SM."""
+    assert pdk.persistent_programs(1000, 8, 132) == 132 * pdk.PERSISTENT_CTAS_PER_SM // 8
+    assert pdk.persistent_programs(1000, 8, 132, 6) == 132 * 6 // 8
+    assert pdk.persistent_programs(10, 8, 132, 6) == 10  # at most one per sequence
+    if "STRIXLM_ATTN_FP8_CTAS" not in os.environ:
+        assert pdk.FP8_CTAS_PER_SM == 6 and pdk.FP8_MAXNREG == 168
