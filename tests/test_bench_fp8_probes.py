@@ -20,7 +20,6 @@ import probe_fp8_vt  # noqa: E402
 import torch  # noqa: E402
 
 from strixlm.kernels import kv_write as kvw  # noqa: E402
-from strixlm.kernels import paged_attention as pa  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -29,10 +28,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_probe_matches_the_reference(monkeypatch, prefetch):
     monkeypatch.setattr(ca, "DEV", "cpu")
     q, _, _, cache, md = ca.make_batch([(37, 1), (5, 1), (70, 1)], kvw.FP8_DTYPE)
-    ref = pa.paged_attention_ref(
-        q.float(), cache, md.query_lens_cpu, md.seq_lens_cpu, md.block_table, ca.SCALE,
-        ca.FP8_SCALE, ca.FP8_SCALE,
-    )  # fmt: skip
+    ref = ca.batch_reference(q, cache, md)
     out = probe.fp8_cores(q, cache, md, tile=16, warps=2, prefetch=prefetch)
     assert ca.rel_err(out, ref)[0] < ca.REL_TOL
 
@@ -45,12 +41,10 @@ def test_probe_matches_the_reference(monkeypatch, prefetch):
 def test_vt_probe_matches_the_reference(monkeypatch, dtype, transposed):
     monkeypatch.setattr(ca, "DEV", "cpu")
     q, _, _, cache, md = ca.make_batch([(37, 1), (5, 1), (70, 1)], dtype)
-    s = ca.FP8_SCALE if dtype == kvw.FP8_DTYPE else 1.0
     if dtype == torch.float16:  # make_batch's 16-bit tensors are bf16
         q, cache = q.to(dtype), cache.to(dtype)
-    ref = pa.paged_attention_ref(
-        q.float(), cache, md.query_lens_cpu, md.seq_lens_cpu, md.block_table, ca.SCALE, s, s
-    )
+    ref = ca.batch_reference(q, cache, md)
+    s = ca.cache_scale(cache)
     v = probe_fp8_vt.transposed_v(cache[1]) if transposed else cache[1]
     assert (v.float() == cache[1].float()).all()  # same values, another memory order
     out = probe_fp8_vt.vt_decode(q, cache[0], v, md, s, tile=16, warps=2, stages=1)

@@ -26,13 +26,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 from check_attention import (  # noqa: E402
     DTYPE,
-    FP8_SCALE,
     HKV,
     HQ,
     REL_TOL,
     SCALE,
     D,
     attn_call,
+    batch_reference,
+    cache_scale,
     make_batch,
     rel_err,
 )
@@ -56,22 +57,24 @@ BENCH_SHAPES = [s for s in SHAPES if s[0] != "b256 ctx520"] + [
 ]
 
 
-def run_shape(name: str, ctxs: list[int], variants: list[str]) -> dict:
+def decode_shape(ctxs: list[int]):
+    """(rows, longest-first order, SMs, the heuristic's config, fp8 bytes a launch reads)
+    for a decode batch with these contexts."""
     b = len(ctxs)
-    rows = [(c - 1, 1) for c in ctxs]
     order = torch.tensor(sorted(range(b), key=lambda i: -ctxs[i]), dtype=torch.int32).cuda()
     sms = pa.num_sms(torch.device("cuda"))
     heur = pa.select_config(HQ, HKV, D, b, 1, max(ctxs), sms)
-    tokens = sum(ctxs) * HKV * D * 2
+    return [(c - 1, 1) for c in ctxs], order, sms, heur, sum(ctxs) * HKV * D * 2
+
+
+def run_shape(name: str, ctxs: list[int], variants: list[str]) -> dict:
+    rows, order, _, heur, tokens = decode_shape(ctxs)
     res: dict = {"shape": name, "config": str(heur)}
     q, _, _, cache16, md = make_batch(rows, DTYPE)
     t16 = graph_time_us(attn_call(q, cache16, md, False, seq_order=order))
     del cache16
     q8, _, _, cache8, md8 = make_batch(rows, kvw.FP8_DTYPE)
-    ref = pa.paged_attention_ref(
-        q8.float(), cache8, md8.query_lens_cpu, md8.seq_lens_cpu, md8.block_table, SCALE,
-        FP8_SCALE, FP8_SCALE,
-    )  # fmt: skip
+    ref = batch_reference(q8, cache8, md8)
     res["bf16_us"] = t16
     line = f"{name}: bf16 {t16:7.1f} us ({tokens * 2 / t16 / 1e6:.2f} TB/s)"
     default_pairs = pa.FP8_PAIRS_ENABLED
@@ -128,20 +131,14 @@ def persistent_call(q, cache, md, heur, sms, s, order, n_prog, maxnreg, stages):
 def occupancy_sweep(name: str, ctxs: list[int]) -> dict:
     """The persistent grid at more programs an SM, with registers capped so that they fit,
     over a bf16 and an fp8 cache (the engine's tile and warps, longest-first order)."""
+    rows, order, sms, heur, fp8_bytes = decode_shape(ctxs)
     b = len(ctxs)
-    rows = [(c - 1, 1) for c in ctxs]
-    order = torch.tensor(sorted(range(b), key=lambda i: -ctxs[i]), dtype=torch.int32).cuda()
-    sms = pa.num_sms(torch.device("cuda"))
-    heur = pa.select_config(HQ, HKV, D, b, 1, max(ctxs), sms)
-    fp8_bytes = sum(ctxs) * HKV * D * 2
     res: dict = {"shape": name, "config": str(heur)}
     line = f"{name} ({heur.tile}-token tiles, {heur.num_warps} warps):"
     for label, dt in (("bf16", DTYPE), ("fp8", kvw.FP8_DTYPE)):
         q, _, _, cache, md = make_batch(rows, dt)
-        s = FP8_SCALE if dt == kvw.FP8_DTYPE else 1.0
-        ref = pa.paged_attention_ref(
-            q.float(), cache, md.query_lens_cpu, md.seq_lens_cpu, md.block_table, SCALE, s, s
-        )
+        s = cache_scale(cache)
+        ref = batch_reference(q, cache, md)
         nbytes = fp8_bytes * cache.element_size()
         for ctas, maxnreg, stages in OCCUPANCY:
             n_prog = max(1, min(b, sms * ctas // HKV))

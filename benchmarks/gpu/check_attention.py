@@ -102,6 +102,19 @@ def make_batch(rows, cache_dtype, seed=0, pad_tokens=0, pad_seqs=0, max_seq_len=
     return q, k, v, cache, md
 
 
+def cache_scale(cache: torch.Tensor) -> float:
+    """The K / V scale make_batch quantized an fp8 cache with (1.0 for other caches)."""
+    return FP8_SCALE if cache.dtype == kvw.FP8_DTYPE else 1.0
+
+
+def batch_reference(q: torch.Tensor, cache: torch.Tensor, md) -> torch.Tensor:
+    """fp32 attention of make_batch's batch over its cache (fp8 dequantized)."""
+    s = cache_scale(cache)
+    return pa.paged_attention_ref(
+        q.float(), cache, md.query_lens_cpu, md.seq_lens_cpu, md.block_table, SCALE, s, s
+    )
+
+
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
     d = out.float() - ref.float()
     return (d.norm() / ref.float().norm()).item(), d.abs().max().item()

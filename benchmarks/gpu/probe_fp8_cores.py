@@ -36,6 +36,7 @@ from check_attention import (  # noqa: E402
     SCALE,
     D,
     attn_call,
+    batch_reference,
     make_batch,
     rel_err,
 )
@@ -43,7 +44,6 @@ from graph_timing import graph_time_us  # noqa: E402
 from sweep_decode_attn import SHAPES  # noqa: E402
 
 from strixlm.kernels import kv_write as kvw  # noqa: E402
-from strixlm.kernels import paged_attention as pa  # noqa: E402
 
 LOG2E = 1.4426950408889634
 
@@ -162,10 +162,7 @@ def main() -> int:
         del c16
         q, _, _, c8, md = make_batch(rows, kvw.FP8_DTYPE)
         t8 = graph_time_us(attn_call(q, c8, md, True, seq_order=order))
-        ref = pa.paged_attention_ref(
-            q.float(), c8, md.query_lens_cpu, md.seq_lens_cpu, md.block_table, SCALE,
-            FP8_SCALE, FP8_SCALE,
-        )  # fmt: skip
+        ref = batch_reference(q, c8, md)
         row = {"shape": name, "bf16_us": t16, "fp8_engine_us": t8, "cores": []}
         print(f"{name}: bf16 {t16:.1f} us ({2 * fp8_bytes / t16 / 1e6:.2f} TB/s), fp8 engine"
               f" {t8:.1f} us ({fp8_bytes / t8 / 1e6:.2f} TB/s)", flush=True)  # fmt: skip

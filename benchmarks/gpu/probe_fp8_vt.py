@@ -27,12 +27,13 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from check_attention import (  # noqa: E402
     DTYPE,
-    FP8_SCALE,
     HKV,
     HQ,
     REL_TOL,
     SCALE,
     D,
+    batch_reference,
+    cache_scale,
     make_batch,
     rel_err,
 )
@@ -40,7 +41,6 @@ from graph_timing import graph_time_us  # noqa: E402
 from sweep_decode_attn import SHAPES  # noqa: E402
 
 from strixlm.kernels import kv_write as kvw  # noqa: E402
-from strixlm.kernels import paged_attention as pa  # noqa: E402
 
 LOG2E = 1.4426950408889634
 
@@ -124,11 +124,8 @@ def main() -> int:
         for label, dt, vt in (("bf16 rows", DTYPE, False), ("fp8 rows", kvw.FP8_DTYPE, False),
                               ("fp8 vt", kvw.FP8_DTYPE, True)):  # fmt: skip
             q, _, _, cache, md = make_batch(rows, dt)
-            s = FP8_SCALE if dt == kvw.FP8_DTYPE else 1.0
-            ref = pa.paged_attention_ref(
-                q.float(), cache, md.query_lens_cpu, md.seq_lens_cpu, md.block_table, SCALE,
-                s, s,
-            )  # fmt: skip
+            s = cache_scale(cache)
+            ref = batch_reference(q, cache, md)
             v = transposed_v(cache[1]) if vt else cache[1]
             nbytes = fp8_bytes * (2 if dt == DTYPE else 1)
             for tile, warps, stages in ((32, 2, 3), (64, 2, 3), (32, 4, 3), (64, 4, 3)):
