@@ -110,10 +110,10 @@ def run_shape(name: str, ctxs: list[int], variants: list[str]) -> dict:
     return res
 
 
-# (programs per SM, register cap, stages) for --occupancy: the fp8 kernel is latency bound
-# at the default 4 two-warp programs an SM (register limited), with ~0.5 eligible warps per
-# scheduler (ncu_fp8_decode.py).
-OCCUPANCY = [(4, None, 3), (5, 192, 3), (6, 168, 3), (6, 160, 2), (8, 128, 2), (6, 128, 3)]
+# (programs per SM, register cap (0: none), stages) for --occupancy. At 4 two-warp programs
+# an SM (register limited) the fp8 kernel was latency bound, with ~0.5 eligible warps per
+# scheduler (ncu_fp8_decode.py); fp8 caches now default to 6 with a cap of 168.
+OCCUPANCY = [(4, 0, 3), (5, 192, 3), (6, 168, 3), (6, 160, 2), (8, 128, 2), (6, 128, 3)]
 
 
 def persistent_call(q, cache, md, heur, sms, s, order, n_prog, maxnreg, stages):

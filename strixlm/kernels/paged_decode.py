@@ -81,9 +81,10 @@ PERSISTENT_CTAS_PER_SM = env_int("STRIXLM_ATTN_PERSISTENT_CTAS", 4)
 # Over fp8 caches the kernel is latency bound at four programs an SM (218 registers a
 # thread, 8 warps an SM, 0.54 eligible warps a scheduler: ncu_fp8_decode.py). Six, with
 # registers capped at 168 so that they fit: H200 (2026-12-04, bench_fp8_decode.py
-# --occupancy) 252 -> 229 us at b256, 183 -> 159 at b200, even at b128, +3% at b64; the
-# standard workload with fp8 KV 28,201-28,209 -> 29,346-29,374 tok/s (alternating runs).
-# 0 keeps the bf16 grid / no cap (A/B runs; read at import).
+# --occupancy) 252 -> 229 us at b256, 183 -> 159 at b200, even at b128, 3% slower at b64
+# and 11% at b48 (both split grids); the standard workload with fp8 KV 28,201-28,209 ->
+# 29,346-29,374 tok/s (alternating runs). 0 keeps the bf16 grid / no cap (A/B runs; read
+# at import).
 FP8_CTAS_PER_SM = env_int("STRIXLM_ATTN_FP8_CTAS", 6)
 FP8_MAXNREG = env_int("STRIXLM_ATTN_FP8_MAXNREG", 168)
 # STRIXLM_ATTN_PERSISTENT=0 keeps the unified kernel, for A/B runs (read once, at import).
@@ -491,7 +492,7 @@ def paged_decode_persistent(
     timing (benchmarks, compiled only): int64 [num_kv_heads * programs * 4] receives each
     program's start and end globaltimer (ns), SM id and tile count. dynamic_frac: the share
     of sequences whose items are handed out dynamically (None: DYNAMIC_FRAC). maxnreg caps
-    the registers per thread (benchmarks: more programs fit an SM)."""
+    the registers per thread (None: FP8_MAXNREG over fp8 caches, else none; 0: none)."""
     _, hq, d = q.shape
     _, _, bs, hkv, _ = kv_cache.shape
     num_seqs = seq_lens.shape[0]
