@@ -81,10 +81,10 @@ PERSISTENT_CTAS_PER_SM = env_int("STRIXLM_ATTN_PERSISTENT_CTAS", 4)
 # Over fp8 caches the kernel is latency bound at four programs an SM (218 registers a
 # thread, 8 warps an SM, 0.54 eligible warps a scheduler: ncu_fp8_decode.py). Six, with
 # registers capped at 168 so that they fit: H200 (2026-12-04, bench_fp8_decode.py
-# --occupancy) 252 -> 229 us at b256, 183 -> 159 at b200, even at b128, 3% slower at b64
-# and 11% at b48 (both split grids); the standard workload with fp8 KV 28,201-28,209 ->
-# 29,346-29,374 tok/s (alternating runs). 0 keeps the bf16 grid / no cap (A/B runs; read
-# at import).
+# --occupancy) 252 -> 229 us at b256, 183 -> 159 at b200, even at b128; the two-segment
+# grids at b64 / b48 went 88.0 -> 86.5 / 74.2 -> 82.3 us (bench_fp8_decode.py, the default
+# path); the standard workload with fp8 KV 28,201-28,209 -> 29,346-29,374 tok/s
+# (alternating runs). 0 keeps the bf16 grid / no cap (A/B runs; read at import).
 FP8_CTAS_PER_SM = env_int("STRIXLM_ATTN_FP8_CTAS", 6)
 FP8_MAXNREG = env_int("STRIXLM_ATTN_FP8_MAXNREG", 168)
 # STRIXLM_ATTN_PERSISTENT=0 keeps the unified kernel, for A/B runs (read once, at import).
