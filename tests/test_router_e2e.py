@@ -126,7 +126,7 @@ def kill(server: RemoteServer) -> None:
 
 def _backend(model_dir: str, name: str, *extra: str) -> RemoteServer:
     return RemoteServer(
-        model_dir, "--served-model-name", name, "--max-model-len", "256",
+        model_dir, "--served-model-name", name, "--max-model-len", "1024",
         "--kv-cache-memory", str(32 << 20), *extra,
     )  # fmt: skip
 
@@ -255,7 +255,10 @@ def test_client_that_leaves_cancels_the_upstream_request(stack, stream):
     running, done = "strixlm:num_requests_running", "strixlm:request_success_total"
     before = backend.metrics()
     assert metric(before, running) == 0.0
-    n, max_tokens = 4, 180
+    # Long enough that the backend is still generating when the metrics poll below looks:
+    # on a loaded 2-core machine a poll can take longer than 4 x 180 tokens did (one CI run
+    # missed the whole request that way).
+    n, max_tokens = 4, 960
     body = json.dumps(
         {
             "model": "tiny-a",
@@ -274,8 +277,14 @@ def test_client_that_leaves_cancels_the_upstream_request(stack, stream):
     with socket.create_connection(("127.0.0.1", router.port), timeout=30) as sock:
         sock.sendall(head + body)
         deadline = time.monotonic() + 60
-        while metric(backend.metrics(), running) < n:  # the backend is generating
-            assert time.monotonic() < deadline, "the request never reached the backend"
+        while metric(now := backend.metrics(), running) < n:  # the backend is generating
+            finished = sum(
+                metric(now, done, finished_reason=r) - metric(before, done, finished_reason=r)
+                for r in ("length", "stop", "abort")
+            )
+            assert time.monotonic() < deadline, (
+                f"the request never reached the backend ({finished} finished meanwhile)"
+            )
             time.sleep(0.05)
     deadline = time.monotonic() + 30
     while metric(after := backend.metrics(), running) > 0:
