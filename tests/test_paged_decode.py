@@ -437,7 +437,7 @@ def test_block_ids_ahead_change_no_value(monkeypatch, segs):
     assert torch.equal(outs[True][0], unified) and torch.equal(outs[True][2], unified)
 
 
-def test_fp8_caches_take_their_own_grid():
+def test_fp8_caches_take_their_own_grid(monkeypatch):
     """Over fp8 caches the persistent grid runs FP8_CTAS_PER_SM programs an SM (registers
     capped at FP8_MAXNREG so that they fit); other caches keep PERSISTENT_CTAS_PER_SM."""
     assert pdk.persistent_programs(1000, 8, 132) == 132 * pdk.PERSISTENT_CTAS_PER_SM // 8
@@ -445,3 +445,15 @@ def test_fp8_caches_take_their_own_grid():
     assert pdk.persistent_programs(10, 8, 132, 6) == 10  # at most one per sequence
     if "STRIXLM_ATTN_FP8_CTAS" not in os.environ:
         assert pdk.FP8_CTAS_PER_SM == 6 and pdk.FP8_MAXNREG == 168
+    # The launch asks for the fp8 grid only over an fp8 cache, and stays correct with it.
+    monkeypatch.setattr(pdk, "FP8_CTAS_PER_SM", 7)
+    asked, real = [], pdk.persistent_programs
+    monkeypatch.setattr(pdk, "persistent_programs", lambda *a: asked.append(a[3:]) or real(*a))
+    kw = dict(k_scale=0.03, v_scale=0.05)
+    for cache_dtype in (None, kvw.FP8_DTYPE):
+        b = Batch(ROWS, 4, 2, 32, 4, torch.float32, cache_dtype=cache_dtype, seed=6)
+        unified = pa.paged_attention(
+            *_args(b), max_query_len=1, max_seq_len=72, config=UNIFIED, **kw
+        )
+        assert torch.equal(_persistent(b, None, **kw)[: b.t], unified[: b.t])
+    assert asked == [(None,), (7,)]

@@ -42,6 +42,7 @@ from sweep_decode_attn import SHAPES, SPLIT_SHAPES  # noqa: E402
 
 from strixlm.kernels import kv_write as kvw  # noqa: E402
 from strixlm.kernels import paged_attention as pa  # noqa: E402
+from strixlm.kernels import paged_decode as pdk  # noqa: E402
 
 # (name, byte pairs, tile, warps, stages); None keeps the heuristic's value. "default"
 # is the engine's own choice; "nopairs" reads the fp8 tiles through Triton's conversion.
@@ -118,8 +119,6 @@ OCCUPANCY = [(4, 0, 3), (5, 192, 3), (6, 168, 3), (6, 160, 2), (8, 128, 2), (6, 
 
 def persistent_call(q, cache, md, heur, sms, s, order, n_prog, maxnreg, stages):
     """The engine's persistent decode kernel at a given grid, register cap and stages."""
-    from strixlm.kernels import paged_decode as pdk
-
     return pdk.paged_decode_persistent(
         q, cache, md.query_start_loc, md.seq_lens, md.block_table, SCALE, torch.empty_like(q),
         block_m=heur.block_m, tile=heur.tile, num_warps=heur.num_warps, num_stages=stages,
@@ -132,7 +131,6 @@ def occupancy_sweep(name: str, ctxs: list[int]) -> dict:
     """The persistent grid at more programs an SM, with registers capped so that they fit,
     over a bf16 and an fp8 cache (the engine's tile and warps, longest-first order)."""
     rows, order, sms, heur, fp8_bytes = decode_shape(ctxs)
-    b = len(ctxs)
     res: dict = {"shape": name, "config": str(heur)}
     line = f"{name} ({heur.tile}-token tiles, {heur.num_warps} warps):"
     for label, dt in (("bf16", DTYPE), ("fp8", kvw.FP8_DTYPE)):
@@ -141,8 +139,7 @@ def occupancy_sweep(name: str, ctxs: list[int]) -> dict:
         ref = batch_reference(q, cache, md)
         nbytes = fp8_bytes * cache.element_size()
         for ctas, maxnreg, stages in OCCUPANCY:
-            n_prog = max(1, min(b, sms * ctas // HKV))
-
+            n_prog = pdk.persistent_programs(len(ctxs), HKV, sms, ctas)
             fn = functools.partial(
                 persistent_call, q, cache, md, heur, sms, s, order, n_prog, maxnreg, stages
             )

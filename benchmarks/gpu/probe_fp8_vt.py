@@ -41,8 +41,7 @@ from graph_timing import graph_time_us  # noqa: E402
 from sweep_decode_attn import SHAPES  # noqa: E402
 
 from strixlm.kernels import kv_write as kvw  # noqa: E402
-
-LOG2E = 1.4426950408889634
+from strixlm.kernels.paged_attention import LOG2E  # noqa: E402
 
 
 @triton.jit

@@ -144,8 +144,8 @@ def dynamic_count(num_seqs: int, dynamic_frac: float | None = None) -> int:
 def persistent_programs(
     num_seqs: int, num_kv_heads: int, sms: int, ctas_per_sm: int | None = None
 ) -> int:
-    """Programs per kv head (P): PERSISTENT_CTAS_PER_SM (or ctas_per_sm) per SM in all, at
-    most one per sequence."""
+    """Programs per kv head (P): ctas_per_sm (None or 0: PERSISTENT_CTAS_PER_SM) per SM in
+    all, at most one per sequence."""
     ctas = ctas_per_sm or PERSISTENT_CTAS_PER_SM
     per_head = max(1, (sms * ctas) // max(1, num_kv_heads))
     return max(1, min(num_seqs, per_head))
@@ -500,10 +500,9 @@ def paged_decode_persistent(
     assert block_m >= g
     items = num_seqs * num_segs
     fp8 = kv_cache.dtype == FP8_DTYPE
-    if fp8 and maxnreg is None and FP8_MAXNREG:
-        maxnreg = FP8_MAXNREG
-    ctas = FP8_CTAS_PER_SM if fp8 and FP8_CTAS_PER_SM else None
-    n_prog = num_programs or persistent_programs(items, hkv, sms, ctas)
+    if fp8 and maxnreg is None:
+        maxnreg = FP8_MAXNREG  # 0: no cap
+    n_prog = num_programs or persistent_programs(items, hkv, sms, FP8_CTAS_PER_SM if fp8 else None)
     # The fused q/k prologue covers the dealt sequences only: no dynamic ones with it.
     n_dyn = dynamic_count(num_seqs, dynamic_frac) if qk is None else 0
     counters = dynamic_counters(q.device, hkv) if n_dyn else None
