@@ -439,21 +439,37 @@ def test_block_ids_ahead_change_no_value(monkeypatch, segs):
 
 def test_fp8_caches_take_their_own_grid(monkeypatch):
     """Over fp8 caches the persistent grid runs FP8_CTAS_PER_SM programs an SM (registers
-    capped at FP8_MAXNREG so that they fit); other caches keep PERSISTENT_CTAS_PER_SM."""
+    capped at FP8_MAXNREG so that they fit) when each of them gets FP8_GRID_MIN_ITEMS items
+    or more; otherwise, and over other caches, PERSISTENT_CTAS_PER_SM with no cap."""
     assert pdk.persistent_programs(1000, 8, 132) == 132 * pdk.PERSISTENT_CTAS_PER_SM // 8
     assert pdk.persistent_programs(1000, 8, 132, 6) == 132 * 6 // 8
     assert pdk.persistent_programs(10, 8, 132, 6) == 10  # at most one per sequence
     if "STRIXLM_ATTN_FP8_CTAS" not in os.environ:
         assert pdk.FP8_CTAS_PER_SM == 6 and pdk.FP8_MAXNREG == 168
-    # The launch asks for the fp8 grid only over an fp8 cache, and stays correct with it.
+    monkeypatch.setattr(pdk, "FP8_CTAS_PER_SM", 6)
+    monkeypatch.setattr(pdk, "FP8_MAXNREG", 168)
+    monkeypatch.setattr(pdk, "FP8_GRID_MIN_ITEMS", 1.3)
+    # 8 kv heads on 132 SMs: 99 six-grid programs a head, so 129 items is the first to
+    # give them 1.3 each; b48 split in two (96 items) keeps the bf16 grid.
+    assert pdk.fp8_grid(128, 8, 132) == (None, 0)
+    assert pdk.fp8_grid(96, 8, 132) == (None, 0)
+    assert pdk.fp8_grid(129, 8, 132) == (6, 168)
+    assert pdk.fp8_grid(512, 8, 132) == (6, 168)
+    monkeypatch.setattr(pdk, "FP8_CTAS_PER_SM", 0)  # the A/B switch: the bf16 grid always
+    assert pdk.fp8_grid(512, 8, 132) == (None, 0)
+    # The launch asks for the fp8 grid only over an fp8 cache with enough items a program,
+    # and stays correct with either grid.
     monkeypatch.setattr(pdk, "FP8_CTAS_PER_SM", 7)
     asked, real = [], pdk.persistent_programs
     monkeypatch.setattr(pdk, "persistent_programs", lambda *a: asked.append(a[3:]) or real(*a))
     kw = dict(k_scale=0.03, v_scale=0.05)
-    for cache_dtype in (None, kvw.FP8_DTYPE):
+    for cache_dtype, min_items in ((None, 0.0), (kvw.FP8_DTYPE, 0.0), (kvw.FP8_DTYPE, 2.0)):
+        monkeypatch.setattr(pdk, "FP8_GRID_MIN_ITEMS", min_items)
         b = Batch(ROWS, 4, 2, 32, 4, torch.float32, cache_dtype=cache_dtype, seed=6)
         unified = pa.paged_attention(
             *_args(b), max_query_len=1, max_seq_len=72, config=UNIFIED, **kw
         )
+        asked.clear()
         assert torch.equal(_persistent(b, None, **kw)[: b.t], unified[: b.t])
-    assert asked == [(None,), (7,)]
+        # fp8_grid's own check comes first when it asks; the launch's is last.
+        assert asked[-1] == ((7,) if cache_dtype and not min_items else (None,))

@@ -1,6 +1,6 @@
 """Decode attention over an fp8 KV cache against the same batch over a bf16 cache.
 
-python benchmarks/gpu/bench_fp8_decode.py [--json PATH] [--variants a,b,...]
+python benchmarks/gpu/bench_fp8_decode.py [--json PATH] [--variants a,b,... | --occupancy | --grids]
 
 An fp8 cache holds half the bytes of a bf16 one, so memory-bound decode attention over it
 should take about half the time. This times the engine's decode attention (the heuristic's
@@ -38,7 +38,7 @@ from check_attention import (  # noqa: E402
     rel_err,
 )
 from graph_timing import graph_time_us  # noqa: E402
-from sweep_decode_attn import SHAPES, SPLIT_SHAPES  # noqa: E402
+from sweep_decode_attn import SHAPES, SPLIT_SHAPES, _spread  # noqa: E402
 
 from strixlm.kernels import kv_write as kvw  # noqa: E402
 from strixlm.kernels import paged_attention as pa  # noqa: E402
@@ -160,18 +160,66 @@ def occupancy_sweep(name: str, ctxs: list[int]) -> dict:
     return res
 
 
+# --grids: the engine's own decode path (split or not, as the heuristic picks) over an fp8
+# cache at each (programs per SM, register cap) fp8 grid, from the two-segment split range
+# (batch 40-82 with 8 kv heads on 132 SMs) into the unsplit one. Session 37: the
+# six-program grid cost b48's split launch 74.2 -> 82.3 us.
+FP8_GRIDS = [(6, 168), (5, 168), (4, 168), (4, 0)]
+GRID_SHAPES = [(f"b{b} spread{lo}-2000", _spread(b, lo, 2000, 20 + b)) for b, lo in
+               ((40, 800), (48, 700), (56, 700), (64, 600), (72, 600), (80, 500),
+                (96, 500), (128, 300))]  # fmt: skip
+
+
+def grid_sweep(name: str, ctxs: list[int]) -> dict:
+    """The engine's decode attention over an fp8 cache at each fp8 grid of FP8_GRIDS,
+    against the same batch over a bf16 cache."""
+    rows, order, sms, heur, fp8_bytes = decode_shape(ctxs)
+    segs = pdk.persistent_segments(len(ctxs), HKV, 1, max(ctxs), heur.tile, sms)
+    res: dict = {"shape": name, "config": str(heur), "segments": segs}
+    q, _, _, cache16, md = make_batch(rows, DTYPE)
+    t16 = graph_time_us(attn_call(q, cache16, md, False, seq_order=order))
+    del cache16
+    res["bf16_us"] = t16
+    line = f"{name} ({segs} segments; 0: unified): bf16 {t16:7.1f} us"
+    q8, _, _, cache8, md8 = make_batch(rows, kvw.FP8_DTYPE)
+    ref = batch_reference(q8, cache8, md8)
+    saved = pdk.FP8_CTAS_PER_SM, pdk.FP8_MAXNREG, pdk.FP8_GRID_MIN_ITEMS
+    for ctas, maxnreg in FP8_GRIDS:  # each grid forced, whatever the items a program
+        pdk.FP8_CTAS_PER_SM, pdk.FP8_MAXNREG, pdk.FP8_GRID_MIN_ITEMS = ctas, maxnreg, 0.0
+        fn = attn_call(q8, cache8, md8, True, seq_order=order)
+        try:
+            err = rel_err(fn()[: md8.num_tokens], ref)[0]
+            t8 = graph_time_us(fn)
+        except Exception as e:  # out of resources
+            line += f"\n  fp8 {ctas}/SM regs {maxnreg}: {type(e).__name__}"
+            continue
+        finally:
+            pdk.FP8_CTAS_PER_SM, pdk.FP8_MAXNREG, pdk.FP8_GRID_MIN_ITEMS = saved
+        ok = err < REL_TOL
+        res[f"fp8 {ctas}/SM regs {maxnreg}"] = dict(us=t8, rel_err=err, ok=ok, x_bf16=t16 / t8)
+        line += (f"\n  fp8 {ctas}/SM regs {maxnreg:>3}: {t8:7.1f} us (x{t16 / t8:.3f} vs bf16)"
+                 f" rel err {err:.1e}{'' if ok else ' FAIL'}")  # fmt: skip
+    print(line, flush=True)
+    del cache8
+    torch.cuda.empty_cache()
+    return res
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated fp8 variants")
     ap.add_argument("--occupancy", action="store_true", help="programs an SM x register caps")
+    ap.add_argument("--grids", action="store_true", help="fp8 grids over split / unsplit batches")
     args = ap.parse_args()
     variants = [v for v in args.variants.split(",") if v]
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         ap.error(f"--variants: unknown {unknown}; known: {sorted(VARIANTS)}")
     print(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__}))
-    if args.occupancy:
+    if args.grids:
+        results = [grid_sweep(name, ctxs) for name, ctxs in GRID_SHAPES]
+    elif args.occupancy:
         results = [occupancy_sweep(name, ctxs) for name, ctxs in BENCH_SHAPES[:4]]
     else:
         results = [run_shape(name, ctxs, variants) for name, ctxs in BENCH_SHAPES]

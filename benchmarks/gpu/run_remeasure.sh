@@ -63,6 +63,11 @@
 #           twice each, after a warm-up run
 #   fp8pairs check_attention with the fp8 byte-pair read (default) and without
 #           (STRIXLM_ATTN_FP8_PAIRS=0), then fp8 throughput both ways
+#   fp8grids the fp8 decode grids (programs per SM, register cap) over the split and unsplit
+#           batches (bench_fp8_decode --grids), then the workload with bf16 and fp8 KV
+#   fp8rule check_attention --quick and the fp8 decode path against bf16 with fp8_grid's
+#           rule, then the fp8 workload with the rule (STRIXLM_ATTN_FP8_GRID_MIN=1.3) / the
+#           six-program grid at every persistent launch (0), alternating
 #   fp8     check_attention --quick (fp8 cache bytes vs torch) and the workload with fp8 KV
 #   inductor  torch.compile max-autotune GEMMs at M=256 vs cuBLAS (bench_decode_gemm --inductor)
 #   gemm    decode GEMMs at batch 64-256: cuBLAS vs weight layout vs split-K Triton, and
@@ -382,6 +387,24 @@ if has fp8pairs; then  # fp8 K/V read as byte pairs (the default) vs Triton's co
   run tp_fp8_pairs 100 $TP --model qwen3-0.6b --kv-cache-dtype fp8 --output-json "$OUT/tp_fp8_pairs.json"
   STRIXLM_ATTN_FP8_PAIRS=0 run tp_fp8_nopairs 100 $TP --model qwen3-0.6b --kv-cache-dtype fp8 \
     --output-json "$OUT/tp_fp8_nopairs.json"
+fi
+if has fp8grids; then  # which fp8 grid each decode batch should take
+  run fp8_grids 300 python benchmarks/gpu/bench_fp8_decode.py --grids --json "$OUT/fp8_grids.json"
+  run tp_warm 100 $TP --model qwen3-0.6b
+  run tp_bf16 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_bf16.json"
+  run tp_fp8_warm 100 $TP --model qwen3-0.6b --kv-cache-dtype fp8
+  run tp_fp8 100 $TP --model qwen3-0.6b --kv-cache-dtype fp8 --output-json "$OUT/tp_fp8.json"
+fi
+if has fp8rule; then  # the six-program fp8 grid only where its programs get 1.3 items each
+  run attn_check 150 python benchmarks/gpu/check_attention.py --quick
+  run fp8_decode 200 python benchmarks/gpu/bench_fp8_decode.py --variants "" \
+    --json "$OUT/fp8_decode.json"
+  run tp_fp8_warm 100 $TP --model qwen3-0.6b --kv-cache-dtype fp8
+  for v in rule1:1.3 all1:0 rule2:1.3 all2:0; do
+    STRIXLM_ATTN_FP8_GRID_MIN=${v#*:} run "tp_fp8_${v%%:*}" 100 $TP --model qwen3-0.6b \
+      --kv-cache-dtype fp8 --output-json "$OUT/tp_fp8_${v%%:*}.json"
+  done
+  grep "strixlm  " "$OUT"/tp_fp8_*.log
 fi
 if has persist; then  # decode attention: unified vs persistent grid (bit-equal outputs)
   run persist 300 python benchmarks/gpu/sweep_decode_attn.py --persistent --json "$OUT/persistent.json"

@@ -87,6 +87,14 @@ PERSISTENT_CTAS_PER_SM = env_int("STRIXLM_ATTN_PERSISTENT_CTAS", 4)
 # (alternating runs). 0 keeps the bf16 grid / no cap (A/B runs; read at import).
 FP8_CTAS_PER_SM = env_int("STRIXLM_ATTN_FP8_CTAS", 6)
 FP8_MAXNREG = env_int("STRIXLM_ATTN_FP8_MAXNREG", 168)
+# The six-program grid pays only when its programs get ~1.3 items (sequences or segments)
+# or more each; with about one apiece the longest item sets the launch, and the bf16 grid
+# (four an SM, no cap) is faster. H200 (2026-12-04, bench_fp8_decode.py --grids), by items
+# per six-grid program, six-grid vs bf16 grid: 1.0 (b48 split, b96) 84.7 / 144.5 us vs
+# 78.0 / 122.0; 1.13-1.29 (b56, b64 split) 82.5 / 83.9 vs 82.3 / 84.0, (b128) 148.3 vs
+# 143.3; 1.45-1.6 (b72, b80 split) 92.1 / 94.9 vs 105.0 / 107.8; session 37's b200 / b256
+# (2.0-2.6) 158.7 / 229.0 vs 183.3 / 252.3.
+FP8_GRID_MIN_ITEMS = env_float("STRIXLM_ATTN_FP8_GRID_MIN", 1.3)
 # STRIXLM_ATTN_PERSISTENT=0 keeps the unified kernel, for A/B runs (read once, at import).
 PERSISTENT_ENABLED = os.environ.get("STRIXLM_ATTN_PERSISTENT", "1") != "0"
 # Use it unsplit when programs get at least this many sequences on average (batch 83 with
@@ -149,6 +157,16 @@ def persistent_programs(
     ctas = ctas_per_sm or PERSISTENT_CTAS_PER_SM
     per_head = max(1, (sms * ctas) // max(1, num_kv_heads))
     return max(1, min(num_seqs, per_head))
+
+
+def fp8_grid(items: int, num_kv_heads: int, sms: int) -> tuple[int | None, int]:
+    """(programs per SM for persistent_programs, register cap; 0: none) of a launch of
+    this many items per kv head over an fp8 cache: FP8_CTAS_PER_SM capped at FP8_MAXNREG
+    when each of those programs gets FP8_GRID_MIN_ITEMS items or more, else the bf16 grid."""
+    ctas = FP8_CTAS_PER_SM
+    if ctas and items >= FP8_GRID_MIN_ITEMS * persistent_programs(items, num_kv_heads, sms, ctas):
+        return ctas, FP8_MAXNREG
+    return None, 0
 
 
 def use_persistent(num_seqs: int, num_kv_heads: int, max_query_len: int, sms: int) -> bool:
@@ -492,17 +510,16 @@ def paged_decode_persistent(
     timing (benchmarks, compiled only): int64 [num_kv_heads * programs * 4] receives each
     program's start and end globaltimer (ns), SM id and tile count. dynamic_frac: the share
     of sequences whose items are handed out dynamically (None: DYNAMIC_FRAC). maxnreg caps
-    the registers per thread (None: FP8_MAXNREG over fp8 caches, else none; 0: none)."""
+    the registers per thread (None: fp8_grid's over fp8 caches, else none; 0: none)."""
     _, hq, d = q.shape
     _, _, bs, hkv, _ = kv_cache.shape
     num_seqs = seq_lens.shape[0]
     g = hq // hkv
     assert block_m >= g
     items = num_seqs * num_segs
-    fp8 = kv_cache.dtype == FP8_DTYPE
-    if fp8 and maxnreg is None:
-        maxnreg = FP8_MAXNREG  # 0: no cap
-    n_prog = num_programs or persistent_programs(items, hkv, sms, FP8_CTAS_PER_SM if fp8 else None)
+    ctas, cap = fp8_grid(items, hkv, sms) if kv_cache.dtype == FP8_DTYPE else (None, 0)
+    maxnreg = cap if maxnreg is None else maxnreg  # 0: no cap
+    n_prog = num_programs or persistent_programs(items, hkv, sms, ctas)
     # The fused q/k prologue covers the dealt sequences only: no dynamic ones with it.
     n_dyn = dynamic_count(num_seqs, dynamic_frac) if qk is None else 0
     counters = dynamic_counters(q.device, hkv) if n_dyn else None
