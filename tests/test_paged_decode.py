@@ -473,3 +473,38 @@ def test_fp8_caches_take_their_own_grid(monkeypatch):
         assert torch.equal(_persistent(b, None, **kw)[: b.t], unified[: b.t])
         # fp8_grid's own check comes first when it asks; the launch's is last.
         assert asked[-1] == ((7,) if cache_dtype and not min_items else (None,))
+
+
+def test_fp8_batches_split_in_two_below_two_items_a_six_grid_program(monkeypatch):
+    """Over fp8 caches a batch the persistent grid would run unsplit is split in two while
+    it has fewer than FP8_SPLIT_BELOW sequences a six-grid program; the dispatch takes the
+    split and still matches the reference."""
+    monkeypatch.setattr(pdk, "FP8_CTAS_PER_SM", 6)
+    monkeypatch.setattr(pdk, "FP8_SPLIT_BELOW", 1.8)
+
+    def segs(b: int, fp8: bool) -> int:  # Qwen3-0.6B's heads on an H200
+        cfg = pa.select_config(16, 8, 128, b, 1, 2048, 132, fp8=fp8)
+        return cfg.num_splits if cfg.persistent else 0
+
+    # 99 six-grid programs a kv head: split below 178.2 sequences; bf16 caches never.
+    assert [segs(b, True) for b in (64, 96, 178, 179, 256)] == [2, 2, 2, 1, 1]
+    assert [segs(b, False) for b in (64, 96, 178, 179, 256)] == [2, 1, 1, 1, 1]
+    monkeypatch.setattr(pdk, "FP8_SPLIT_BELOW", 0.0)
+    assert segs(96, True) == 1
+    monkeypatch.setattr(pdk, "FP8_SPLIT_BELOW", 1.8)
+    # 11 sequences over 2 kv heads on 4 SMs: 8 bf16-grid programs a head (unsplit), 11
+    # six-grid ones (one each), so two segments; 22 items then take the six-grid.
+    monkeypatch.setattr(pa, "num_sms", lambda device: 4)
+    launches, real = [], pdk.paged_decode_persistent
+    monkeypatch.setattr(
+        pdk, "paged_decode_persistent", lambda *a, **k: launches.append(k) or real(*a, **k)
+    )
+    b = Batch(ROWS, 8, 2, 64, 16, torch.float16, cache_dtype=kvw.FP8_DTYPE, seed=5)
+    kw = dict(k_scale=0.03, v_scale=0.05)
+    got = pa.paged_attention(*_args(b), max_query_len=1, max_seq_len=512, **kw)
+    assert [k["num_segs"] for k in launches] == [2]
+    assert pdk.fp8_grid(22, 2, 4) == (6, pdk.FP8_MAXNREG)
+    deq = kvw.dequantize_cache(b.kv_cache, 0.03, 0.05)
+    ref = pa.paged_attention_ref(b.q.float(), deq.float(), b.query_lens, b.seq_lens,
+                                 b.block_table, 0.2)  # fmt: skip
+    assert rel_err(got[: b.t], ref)[0] < 3e-3

@@ -58,13 +58,13 @@ BENCH_SHAPES = [s for s in SHAPES if s[0] != "b256 ctx520"] + [
 ]
 
 
-def decode_shape(ctxs: list[int]):
-    """(rows, longest-first order, SMs, the heuristic's config, fp8 bytes a launch reads)
-    for a decode batch with these contexts."""
+def decode_shape(ctxs: list[int], fp8: bool = True):
+    """(rows, longest-first order, SMs, the heuristic's config over an fp8 cache, or a
+    bf16 one, fp8 bytes a launch reads) for a decode batch with these contexts."""
     b = len(ctxs)
     order = torch.tensor(sorted(range(b), key=lambda i: -ctxs[i]), dtype=torch.int32).cuda()
     sms = pa.num_sms(torch.device("cuda"))
-    heur = pa.select_config(HQ, HKV, D, b, 1, max(ctxs), sms)
+    heur = pa.select_config(HQ, HKV, D, b, 1, max(ctxs), sms, fp8=fp8)
     return [(c - 1, 1) for c in ctxs], order, sms, heur, sum(ctxs) * HKV * D * 2
 
 
@@ -160,21 +160,22 @@ def occupancy_sweep(name: str, ctxs: list[int]) -> dict:
     return res
 
 
-# --grids: the engine's own decode path (split or not, as the heuristic picks) over an fp8
-# cache at each (programs per SM, register cap) fp8 grid, from the two-segment split range
-# (batch 40-82 with 8 kv heads on 132 SMs) into the unsplit one. Session 37: the
-# six-program grid cost b48's split launch 74.2 -> 82.3 us.
+# --grids: the engine's decode path over an fp8 cache, split as over a bf16 cache (and in two
+# where that is unsplit), at each (programs per SM, register cap) fp8 grid, from the
+# two-segment split range (batch 40-82 with 8 kv heads on 132 SMs) into the unsplit one;
+# then the engine's own choice. Session 37: the six-program grid cost b48's split launch
+# 74.2 -> 82.3 us.
 FP8_GRIDS = [(6, 168), (5, 168), (4, 168), (4, 0)]
 GRID_SHAPES = [(f"b{b} spread{lo}-2000", _spread(b, lo, 2000, 20 + b)) for b, lo in
                ((40, 800), (48, 700), (56, 700), (64, 600), (72, 600), (80, 500),
-                (96, 500), (128, 300))]  # fmt: skip
+                (96, 500), (128, 300), (160, 300), (192, 200))]  # fmt: skip
 
 
 def grid_sweep(name: str, ctxs: list[int]) -> dict:
     """The engine's decode attention over an fp8 cache at each fp8 grid of FP8_GRIDS,
     against the same batch over a bf16 cache."""
-    rows, order, sms, heur, fp8_bytes = decode_shape(ctxs)
-    segs = pdk.persistent_segments(len(ctxs), HKV, 1, max(ctxs), heur.tile, sms)
+    rows, order, sms, heur, fp8_bytes = decode_shape(ctxs, fp8=False)
+    segs = heur.num_splits if heur.persistent else 0  # as over a bf16 cache
     res: dict = {"shape": name, "config": str(heur), "segments": segs}
     q, _, _, cache16, md = make_batch(rows, DTYPE)
     t16 = graph_time_us(attn_call(q, cache16, md, False, seq_order=order))
@@ -184,20 +185,30 @@ def grid_sweep(name: str, ctxs: list[int]) -> dict:
     q8, _, _, cache8, md8 = make_batch(rows, kvw.FP8_DTYPE)
     ref = batch_reference(q8, cache8, md8)
     saved = pdk.FP8_CTAS_PER_SM, pdk.FP8_MAXNREG, pdk.FP8_GRID_MIN_ITEMS
-    for ctas, maxnreg in FP8_GRIDS:  # each grid forced, whatever the items a program
-        pdk.FP8_CTAS_PER_SM, pdk.FP8_MAXNREG, pdk.FP8_GRID_MIN_ITEMS = ctas, maxnreg, 0.0
-        fn = attn_call(q8, cache8, md8, True, seq_order=order)
+    # Unsplit batches also run split in two (the persistent grid, forced): more items a
+    # program, at the cost of the merge launch.
+    runs = [(c, r, segs) for c, r in FP8_GRIDS]
+    if segs == 1:
+        runs += [(c, r, 2) for c, r in FP8_GRIDS if (c, r) in ((6, 168), (4, 0))]
+    runs.append((None, None, None))  # the engine's own choice over fp8
+    for ctas, maxnreg, force_segs in runs:  # each grid forced, whatever the items a program
+        cfg, label = None, "fp8 engine default"
+        if ctas is not None:
+            pdk.FP8_CTAS_PER_SM, pdk.FP8_MAXNREG, pdk.FP8_GRID_MIN_ITEMS = ctas, maxnreg, 0.0
+            cfg = dataclasses.replace(heur, num_splits=force_segs) if force_segs else heur
+            label = f"fp8 {ctas}/SM regs {maxnreg}" + (" 2 segs" if force_segs == 2 else "")
+        fn = attn_call(q8, cache8, md8, True, cfg, seq_order=order)
         try:
             err = rel_err(fn()[: md8.num_tokens], ref)[0]
             t8 = graph_time_us(fn)
         except Exception as e:  # out of resources
-            line += f"\n  fp8 {ctas}/SM regs {maxnreg}: {type(e).__name__}"
+            line += f"\n  {label}: {type(e).__name__}"
             continue
         finally:
             pdk.FP8_CTAS_PER_SM, pdk.FP8_MAXNREG, pdk.FP8_GRID_MIN_ITEMS = saved
         ok = err < REL_TOL
-        res[f"fp8 {ctas}/SM regs {maxnreg}"] = dict(us=t8, rel_err=err, ok=ok, x_bf16=t16 / t8)
-        line += (f"\n  fp8 {ctas}/SM regs {maxnreg:>3}: {t8:7.1f} us (x{t16 / t8:.3f} vs bf16)"
+        res[label] = dict(us=t8, rel_err=err, ok=ok, x_bf16=t16 / t8)
+        line += (f"\n  {label:>26}: {t8:7.1f} us (x{t16 / t8:.3f} vs bf16)"
                  f" rel err {err:.1e}{'' if ok else ' FAIL'}")  # fmt: skip
     print(line, flush=True)
     del cache8

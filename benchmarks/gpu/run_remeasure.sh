@@ -68,6 +68,9 @@
 #   fp8rule check_attention --quick and the fp8 decode path against bf16 with fp8_grid's
 #           rule, then the fp8 workload with the rule (STRIXLM_ATTN_FP8_GRID_MIN=1.3) / the
 #           six-program grid at every persistent launch (0), alternating
+#   fp8split check_attention --quick, the fp8 grids again (with the engine's own choice), then
+#           the fp8 workload with batches split in two below 1.8 sequences a six-grid
+#           program (STRIXLM_ATTN_FP8_SPLIT_BELOW=1.8) / never (0), alternating
 #   fp8     check_attention --quick (fp8 cache bytes vs torch) and the workload with fp8 KV
 #   inductor  torch.compile max-autotune GEMMs at M=256 vs cuBLAS (bench_decode_gemm --inductor)
 #   gemm    decode GEMMs at batch 64-256: cuBLAS vs weight layout vs split-K Triton, and
@@ -405,6 +408,16 @@ if has fp8rule; then  # the six-program fp8 grid only where its programs get 1.3
       --kv-cache-dtype fp8 --output-json "$OUT/tp_fp8_${v%%:*}.json"
   done
   grep "strixlm  " "$OUT"/tp_fp8_*.log
+fi
+if has fp8split; then  # fp8 batches split in two where a six-grid program gets < 1.8 items
+  run attn_check 150 python benchmarks/gpu/check_attention.py --quick
+  run fp8_grids 200 python benchmarks/gpu/bench_fp8_decode.py --grids --json "$OUT/fp8_grids.json"
+  run tp_fp8_warm 100 $TP --model qwen3-0.6b --kv-cache-dtype fp8
+  for v in split1:1.8 never1:0 split2:1.8 never2:0; do
+    STRIXLM_ATTN_FP8_SPLIT_BELOW=${v#*:} run "tp_fp8_${v%%:*}" 100 $TP --model qwen3-0.6b \
+      --kv-cache-dtype fp8 --output-json "$OUT/tp_fp8_${v%%:*}.json"
+  done
+  grep "strixlm  \|achieved" "$OUT"/tp_fp8_*.log
 fi
 if has persist; then  # decode attention: unified vs persistent grid (bit-equal outputs)
   run persist 300 python benchmarks/gpu/sweep_decode_attn.py --persistent --json "$OUT/persistent.json"

@@ -144,6 +144,7 @@ def select_config(
     max_seq_len: int,
     sms: int,
     num_splits: int | None = None,
+    fp8: bool = False,
 ) -> AttnConfig:
     g = num_q_heads // num_kv_heads
     dp = max(16, _pow2(head_dim))
@@ -176,7 +177,7 @@ def select_config(
         # The persistent grid when it has enough items, splitting small batches; else the
         # unified kernel, split when its programs would leave SMs idle.
         segs = persistent_segments(
-            num_seqs, num_kv_heads, max_query_len, max_seq_len, cfg.tile, sms
+            num_seqs, num_kv_heads, max_query_len, max_seq_len, cfg.tile, sms, fp8
         )
         persistent = segs >= 1 and DECODE_SPLITS <= 0
         if persistent:
@@ -604,8 +605,9 @@ def paged_attention(
     if t == 0 or num_seqs == 0:
         return out
     cfg = config or select_config(
-        hq, hkv, d, num_seqs, max_query_len, max_seq_len, num_sms(q.device), num_splits
-    )
+        hq, hkv, d, num_seqs, max_query_len, max_seq_len, num_sms(q.device), num_splits,
+        kv_cache.dtype == FP8_DTYPE,
+    )  # fmt: skip
     g = hq // hkv
     block_q = cfg.block_m // g
     assert block_q >= 1, "block_m must cover the GQA group"

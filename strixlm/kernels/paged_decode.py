@@ -95,6 +95,12 @@ FP8_MAXNREG = env_int("STRIXLM_ATTN_FP8_MAXNREG", 168)
 # 143.3; 1.45-1.6 (b72, b80 split) 92.1 / 94.9 vs 105.0 / 107.8; session 37's b200 / b256
 # (2.0-2.6) 158.7 / 229.0 vs 183.3 / 252.3.
 FP8_GRID_MIN_ITEMS = env_float("STRIXLM_ATTN_FP8_GRID_MIN", 1.3)
+# Batches the persistent grid would run unsplit are split in two over fp8 caches below this
+# many sequences a six-grid program: twice the items, so fp8_grid takes the six-program
+# grid, for a merge launch. H200 (2026-12-04, bench_fp8_decode.py --grids), unsplit at the
+# best grid vs two segments on the six-grid: b96 121.4 vs 106.6 us, b128 142.7 vs 135.4,
+# b160 (1.62 a program) 153.8 vs 148.3, b192 (1.94) 165.7 vs 172.3. 0: never.
+FP8_SPLIT_BELOW = env_float("STRIXLM_ATTN_FP8_SPLIT_BELOW", 1.8)
 # STRIXLM_ATTN_PERSISTENT=0 keeps the unified kernel, for A/B runs (read once, at import).
 PERSISTENT_ENABLED = os.environ.get("STRIXLM_ATTN_PERSISTENT", "1") != "0"
 # Use it unsplit when programs get at least this many sequences on average (batch 83 with
@@ -178,17 +184,29 @@ def use_persistent(num_seqs: int, num_kv_heads: int, max_query_len: int, sms: in
 
 
 def persistent_segments(
-    num_seqs: int, num_kv_heads: int, max_query_len: int, max_seq_len: int, tile: int, sms: int
+    num_seqs: int,
+    num_kv_heads: int,
+    max_query_len: int,
+    max_seq_len: int,
+    tile: int,
+    sms: int,
+    fp8: bool = False,
 ) -> int:
     """Segments per sequence for the persistent grid: 1 (no split), 2, or 0 (use the
     unified kernel). Host ints only, fixed per captured shape; segments stay >= 2 tiles
-    long at max_seq_len (the padded upper bound under graph capture)."""
-    if use_persistent(num_seqs, num_kv_heads, max_query_len, sms):
-        return 1
-    if max_query_len != 1 or not PERSISTENT_ENABLED or PERSISTENT_SPLIT_MIN_ITEMS <= 0:
+    long at max_seq_len (the padded upper bound under graph capture). fp8: the cache is
+    fp8, whose batches split below FP8_SPLIT_BELOW items a six-grid program."""
+    if max_query_len != 1 or not PERSISTENT_ENABLED:
         return 0
+    can_split = PERSISTENT_SPLIT_MIN_ITEMS > 0 and max_seq_len >= 4 * tile
+    if use_persistent(num_seqs, num_kv_heads, max_query_len, sms):
+        if fp8 and can_split and FP8_CTAS_PER_SM:
+            six = persistent_programs(num_seqs, num_kv_heads, sms, FP8_CTAS_PER_SM)
+            if num_seqs < FP8_SPLIT_BELOW * six:
+                return 2
+        return 1
     full = max(1, (sms * PERSISTENT_CTAS_PER_SM) // max(1, num_kv_heads))
-    if num_seqs < PERSISTENT_SPLIT_MIN_ITEMS * full or max_seq_len < 4 * tile:
+    if not can_split or num_seqs < PERSISTENT_SPLIT_MIN_ITEMS * full:
         return 0
     return 2
 
