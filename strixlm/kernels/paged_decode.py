@@ -93,13 +93,14 @@ FP8_MAXNREG = env_int("STRIXLM_ATTN_FP8_MAXNREG", 168)
 # per six-grid program, six-grid vs bf16 grid: 1.0 (b48 split, b96) 84.7 / 144.5 us vs
 # 78.0 / 122.0; 1.13-1.29 (b56, b64 split) 82.5 / 83.9 vs 82.3 / 84.0, (b128) 148.3 vs
 # 143.3; 1.45-1.6 (b72, b80 split) 92.1 / 94.9 vs 105.0 / 107.8; session 37's b200 / b256
-# (2.0-2.6) 158.7 / 229.0 vs 183.3 / 252.3.
+# (2.0-2.6) 158.7 / 229.0 vs 183.3 / 252.3. The fp8 workload: 29,338-29,353 -> 29,545-29,570.
 FP8_GRID_MIN_ITEMS = env_float("STRIXLM_ATTN_FP8_GRID_MIN", 1.3)
 # Batches the persistent grid would run unsplit are split in two over fp8 caches below this
 # many sequences a six-grid program: twice the items, so fp8_grid takes the six-program
 # grid, for a merge launch. H200 (2026-12-04, bench_fp8_decode.py --grids), unsplit at the
 # best grid vs two segments on the six-grid: b96 121.4 vs 106.6 us, b128 142.7 vs 135.4,
-# b160 (1.62 a program) 153.8 vs 148.3, b192 (1.94) 165.7 vs 172.3. 0: never.
+# b160 (1.62 a program) 153.8 vs 148.3, b192 (1.94) 165.7 vs 172.3; the standard workload
+# with fp8 KV 29,534-29,557 -> 30,070-30,131 tok/s (alternating). 0: never.
 FP8_SPLIT_BELOW = env_float("STRIXLM_ATTN_FP8_SPLIT_BELOW", 1.8)
 # STRIXLM_ATTN_PERSISTENT=0 keeps the unified kernel, for A/B runs (read once, at import).
 PERSISTENT_ENABLED = os.environ.get("STRIXLM_ATTN_PERSISTENT", "1") != "0"
