@@ -34,17 +34,18 @@ if has syncs; then
   echo "=== check_syncs"
   timeout 120 python benchmarks/gpu/check_syncs.py 2>&1 | grep -v -i "warn" | tail -30
 fi
-if has serve; then
-  echo "=== bench serve (500 x 512 in / 128 out, burst)"
-  start_server /tmp/serve.log
+if has serve; then  # SERVE_FLAGS: more serve flags (e.g. --kv-cache-dtype fp8), SERVE_TAG: names
+  echo "=== bench serve (500 x 512 in / 128 out, burst) ${SERVE_FLAGS:-}"
+  start_server /tmp/serve.log ${SERVE_FLAGS:-}
   timeout 200 python -m strixlm.entrypoints.cli bench serve --port 8000 --num-prompts 500 \
-    --random-input-len 512 --random-output-len 128 --output-json "$OUT/serve.json" 2>&1 | tail -30
+    --random-input-len 512 --random-output-len 128 --output-json "$OUT/serve${SERVE_TAG:-}.json" \
+    2>&1 | tail -30
   grep -E "throughput|error|Error" /tmp/serve.log | tail -8
   # The server's own latency histograms (ITL one observation per engine step and request):
   # their counts and sums set beside the client's figures.
-  curl -s localhost:8000/metrics > "$OUT/serve_metrics.txt"
+  curl -s localhost:8000/metrics > "$OUT/serve${SERVE_TAG:-}_metrics.txt"
   grep -E "^strixlm:(time_to_first_token|inter_token_latency|e2e_request_latency)_seconds_(count|sum)" \
-    "$OUT/serve_metrics.txt"
+    "$OUT/serve${SERVE_TAG:-}_metrics.txt"
   kill $SERVER_PID; wait $SERVER_PID
 fi
 if has serve2; then  # the first-server effect: two servers in turn, each benchmarked twice
