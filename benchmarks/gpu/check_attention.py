@@ -308,11 +308,19 @@ def sweep(quick: bool, only: str | None = None) -> list[dict[str, Any]]:
         # The standard workload's admission steps: a budget of ~600-token prompts + decodes.
         ("prefill 13x600 + 64 decodes", [(0, 600)] * 13 + [(700, 1)] * 64),
     ]
-    for name, rows in shapes:
+    # Mixed steps over fp8 caches (online serving's admission steps): the unified kernel
+    # also at small row blocks, where its decode rows waste less of each tile's conversion.
+    mixed = [(1024, 512)] + [(int(c), 1) for c in torch.linspace(100, 4000, 63).tolist()]
+    fp8_shapes = [
+        ("mixed 1x512 chunk + 63 decodes fp8", mixed),
+        ("prefill 13x600 + 64 decodes fp8", [(0, 600)] * 13 + [(700, 1)] * 64),
+    ]
+    for name, rows in shapes + fp8_shapes:
         if only and only not in name:
             continue
+        fp8 = name.endswith("fp8")
         try:
-            q, k, v, cache, md = make_batch(rows, DTYPE)
+            q, k, v, cache, md = make_batch(rows, kvw.FP8_DTYPE if fp8 else DTYPE)
             if md.max_query_len == 1:
                 maxsp = max(1, min(64, md.max_seq_len // 64))
                 cfgs = [
@@ -321,6 +329,15 @@ def sweep(quick: bool, only: str | None = None) -> list[dict[str, Any]]:
                     for st in (2, 3)
                     for sp in (1, 2, 4, 8, 16, 32, 64)
                     if sp <= maxsp
+                ]
+            elif fp8:  # small row blocks and 2 warps too; 8 warps only from 64 rows
+                cfgs = [
+                    pa.AttnConfig(bm, tile, w, st)
+                    for bm in (16, 32, 64, 128)
+                    for tile in (32, 64)
+                    for w in (2, 4, 8)
+                    for st in (2, 3)
+                    if w < 8 or bm >= 64
                 ]
             else:
                 cfgs = [
@@ -334,12 +351,14 @@ def sweep(quick: bool, only: str | None = None) -> list[dict[str, Any]]:
             times = []
             for cfg in cfgs:
                 try:
-                    times.append((bench(attn_call(q, cache, md, False, cfg), True) * 1e3, cfg))
+                    times.append((bench(attn_call(q, cache, md, fp8, cfg), True) * 1e3, cfg))
                 except Exception as e:  # e.g. out of shared memory
                     print(f"  {name} {cfg}: {type(e).__name__}: {str(e)[:120]}")
             times.sort(key=lambda x: x[0])
             sms = pa.num_sms(q.device)
-            heur = pa.select_config(HQ, HKV, D, len(rows), md.max_query_len, md.max_seq_len, sms)
+            heur = pa.select_config(
+                HQ, HKV, D, len(rows), md.max_query_len, md.max_seq_len, sms, fp8=fp8
+            )
             t_heur = next((t for t, c in times if c == heur), None)
             # Causal attention FLOPs (QK and PV) for the achieved rate.
             flops = sum(4 * HQ * D * (c * x + x * (x + 1) / 2) for c, x in rows)
