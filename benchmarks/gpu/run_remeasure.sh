@@ -237,6 +237,15 @@ ab_tp() {  # ENV_VAR PREFIX LABEL:VALUE...: the workload once per pair, alternat
   done
   grep "strixlm  " "$OUT"/"${prefix}"_*.log
 }
+ab_fp8() {  # ENV_VAR LABEL:VALUE...: a warm-up, then the workload with fp8 KV once per pair
+  local var=$1 v; shift
+  run tp_fp8_warm 100 $TP --model qwen3-0.6b --kv-cache-dtype fp8
+  for v in "$@"; do
+    (export "$var=${v#*:}"; run "tp_fp8_${v%%:*}" 100 $TP --model qwen3-0.6b \
+      --kv-cache-dtype fp8 --output-json "$OUT/tp_fp8_${v%%:*}.json")
+  done
+  grep "strixlm  \|achieved" "$OUT"/tp_fp8_*.log
+}
 ab_base() {  # PAIRS: warm-ups, then the workload alternating $BASE's snapshot / this one
   run tp_warm 100 $TP --model qwen3-0.6b
   (cd "$BASE" && export PYTHONPATH=$BASE && run tp_base_warm 100 $TP --model qwen3-0.6b)
@@ -402,22 +411,12 @@ if has fp8rule; then  # the six-program fp8 grid only where its programs get 1.3
   run attn_check 150 python benchmarks/gpu/check_attention.py --quick
   run fp8_decode 200 python benchmarks/gpu/bench_fp8_decode.py --variants "" \
     --json "$OUT/fp8_decode.json"
-  run tp_fp8_warm 100 $TP --model qwen3-0.6b --kv-cache-dtype fp8
-  for v in rule1:1.3 all1:0 rule2:1.3 all2:0; do
-    STRIXLM_ATTN_FP8_GRID_MIN=${v#*:} run "tp_fp8_${v%%:*}" 100 $TP --model qwen3-0.6b \
-      --kv-cache-dtype fp8 --output-json "$OUT/tp_fp8_${v%%:*}.json"
-  done
-  grep "strixlm  " "$OUT"/tp_fp8_*.log
+  ab_fp8 STRIXLM_ATTN_FP8_GRID_MIN rule1:1.3 all1:0 rule2:1.3 all2:0
 fi
 if has fp8split; then  # fp8 batches split in two where a six-grid program gets < 1.8 items
   run attn_check 150 python benchmarks/gpu/check_attention.py --quick
   run fp8_grids 200 python benchmarks/gpu/bench_fp8_decode.py --grids --json "$OUT/fp8_grids.json"
-  run tp_fp8_warm 100 $TP --model qwen3-0.6b --kv-cache-dtype fp8
-  for v in split1:1.8 never1:0 split2:1.8 never2:0; do
-    STRIXLM_ATTN_FP8_SPLIT_BELOW=${v#*:} run "tp_fp8_${v%%:*}" 100 $TP --model qwen3-0.6b \
-      --kv-cache-dtype fp8 --output-json "$OUT/tp_fp8_${v%%:*}.json"
-  done
-  grep "strixlm  \|achieved" "$OUT"/tp_fp8_*.log
+  ab_fp8 STRIXLM_ATTN_FP8_SPLIT_BELOW split1:1.8 never1:0 split2:1.8 never2:0
 fi
 if has persist; then  # decode attention: unified vs persistent grid (bit-equal outputs)
   run persist 300 python benchmarks/gpu/sweep_decode_attn.py --persistent --json "$OUT/persistent.json"
