@@ -44,6 +44,14 @@ if HAS_TRITON:
     import triton
     import triton.language as tl
 
+    from strixlm.kernels.attn_tiles import (
+        attn_step_blocks,
+        blocks_step,
+        load_q_rows,
+        store_out_rows,
+        store_segment_partial,
+        tile_blocks,
+    )
     from strixlm.kernels.pdl import pdl_prologue
 
 LOG2E = 1.4426950408889634
@@ -214,171 +222,6 @@ if HAS_TRITON:
             else:
                 hi = mid
         return lo - 1
-
-    @triton.jit
-    def _fp8_compute_dtype(q, k_cache_ptr):
-        # A 16-bit q over an fp8 cache computes in fp16: fp8 -> fp16 is one native cvt per
-        # two values on sm89+, while bf16 took a second, scalar conversion per value (512
-        # per thread per tile at tile 64). The fp8 values are raw (at most 448): the scales
-        # are folded into qk_scale / out_scale. fp32 q keeps the fp32 (IEEE) path.
-        if k_cache_ptr.dtype.element_ty == tl.float8e4nv and q.dtype != tl.float32:
-            q = q.to(tl.float16)
-        return q
-
-    @triton.jit
-    def _fp8_pairs_to_f16(x):
-        # x: int16 holding two e4m3 bytes (element 2i in the low byte): one packed convert,
-        # exact (every e4m3 value is an fp16 value). Triton's own fp8 -> fp16 path moved the
-        # tiles through shared memory a byte at a time (256 ld.shared.b8 per thread per tile).
-        lo, hi = tl.inline_asm_elementwise(
-            "{ .reg .b32 t; cvt.rn.f16x2.e4m3x2 t, $2; mov.b32 {$0, $1}, t; }",
-            "=h,=h,h",
-            [x],
-            dtype=(tl.float16, tl.float16),
-            is_pure=True,
-            pack=1,
-        )
-        return lo, hi
-
-    @triton.jit
-    def _load_fp8_rows_f16(cache_ptr, tok, ok_t, HEAD_DIM: tl.constexpr, TILE: tl.constexpr):
-        # [TILE, HEAD_DIM] fp16 from fp8 rows starting at element offsets tok (even), read
-        # as pairs: 16-byte vector loads and no byte-wise shared-memory traffic.
-        offs_h = tl.arange(0, HEAD_DIM // 2)
-        ptrs = cache_ptr.to(tl.pointer_type(tl.int16)) + ((tok // 2)[:, None] + offs_h[None, :])
-        raw = tl.load(ptrs, mask=ok_t[:, None], other=0)
-        lo, hi = _fp8_pairs_to_f16(raw)
-        return tl.reshape(tl.join(lo, hi), [TILE, HEAD_DIM])
-
-    @triton.jit
-    def tile_blocks(bt_row_ptr, j, kv_end, offs_t, BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr,
-                    MASKED: tl.constexpr):  # fmt: skip
-        # The cache block of each token of KV tile j (int64; 0 past kv_end when MASKED).
-        pos = j * TILE + offs_t
-        if MASKED:
-            return tl.load(bt_row_ptr + pos // BLOCK_SIZE, mask=pos < kv_end, other=0).to(tl.int64)
-        return tl.load(bt_row_ptr + pos // BLOCK_SIZE).to(tl.int64)
-
-    @triton.jit
-    def blocks_step(carried, bt_row_ptr, j, kv_end, offs_t, BLOCK_SIZE: tl.constexpr,
-                    TILE: tl.constexpr, MASKED: tl.constexpr, AHEAD: tl.constexpr):  # fmt: skip
-        # (tile j's block ids, what the loop carries to tile j + 1). AHEAD: carried holds
-        # tile j's ids and tile j + 1's are loaded now (masked: the lookahead may pass
-        # kv_end), so no K / V address waits on a load of its own iteration; else the ids
-        # are loaded here and carried passes through untouched.
-        if AHEAD:
-            return carried, tile_blocks(bt_row_ptr, j + 1, kv_end, offs_t, BLOCK_SIZE, TILE, True)
-        return tile_blocks(bt_row_ptr, j, kv_end, offs_t, BLOCK_SIZE, TILE, MASKED), carried
-
-    @triton.jit
-    def attn_step_blocks(
-        acc,
-        m_i,
-        l_i,
-        q,
-        j,
-        kv_end,
-        q_abs,
-        blk,
-        k_cache_ptr,
-        v_cache_ptr,
-        head_off,
-        stride_cb,
-        stride_cs,
-        qk_scale,
-        offs_t,
-        offs_d,
-        HEAD_DIM: tl.constexpr,
-        EVEN_D: tl.constexpr,
-        BLOCK_SIZE: tl.constexpr,
-        TILE: tl.constexpr,
-        MASKED: tl.constexpr,
-        IEEE: tl.constexpr,
-        K_ROWS: tl.constexpr,
-        FP8_PAIRS: tl.constexpr,
-    ):
-        # One online-softmax step over KV tile j, whose tokens' cache blocks are blk
-        # (tile_blocks): a caller that loads them a tile ahead keeps every K / V address
-        # free of a same-iteration load, which lets Triton's pipeliner multi-buffer them.
-        pos = j * TILE + offs_t
-        if MASKED:
-            pos_ok = pos < kv_end
-        tok = blk * stride_cb + (pos % BLOCK_SIZE) * stride_cs + head_off
-        # Both tiles as [TILE, D]: one contiguous row of D values per token. K is transposed
-        # in registers for the dot (K_ROWS), or loaded as [D, TILE] directly (the old path).
-        rows_ptr = tok[:, None] + offs_d[None, :]
-        if FP8_PAIRS:  # fp8 cache, 16-bit q, compiled for the GPU, HEAD_DIM a power of two
-            ok_t = pos < kv_end
-            v = _load_fp8_rows_f16(v_cache_ptr, tok, ok_t, HEAD_DIM, TILE)
-            k = tl.trans(_load_fp8_rows_f16(k_cache_ptr, tok, ok_t, HEAD_DIM, TILE))
-        elif MASKED or not EVEN_D:
-            ok = (pos < kv_end)[:, None] & (offs_d < HEAD_DIM)[None, :]
-            v = tl.load(v_cache_ptr + rows_ptr, mask=ok, other=0.0)
-            if K_ROWS:
-                k = tl.trans(tl.load(k_cache_ptr + rows_ptr, mask=ok, other=0.0))
-            else:
-                k = tl.load(k_cache_ptr + tl.trans(rows_ptr), mask=tl.trans(ok), other=0.0)
-        else:
-            v = tl.load(v_cache_ptr + rows_ptr)
-            if K_ROWS:
-                k = tl.trans(tl.load(k_cache_ptr + rows_ptr))
-            else:
-                k = tl.load(k_cache_ptr + tl.trans(rows_ptr))
-        if IEEE:
-            s = tl.dot(q, k.to(q.dtype), input_precision="ieee")
-        else:
-            s = tl.dot(q, k.to(q.dtype))
-        s = s * qk_scale
-        if MASKED:
-            s = tl.where((pos[None, :] <= q_abs[:, None]) & pos_ok[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        # A row can be fully masked so far (split segments): keep exp2 away from -inf - -inf.
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp2(s - m_safe[:, None])
-        alpha = tl.exp2(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None]
-        if IEEE:
-            acc = tl.dot(p, v.to(tl.float32), acc, input_precision="ieee")
-        else:
-            acc = tl.dot(p.to(q.dtype), v.to(q.dtype), acc)
-        return acc, m_new, l_i
-
-    @triton.jit
-    def load_q_rows(q_ptr, tok_col, head, stride_qt, stride_qh, offs_d, io_mask, k_cache_ptr):
-        # The program's q rows [BLOCK_M, DIM_P] in the dtype its dots use; tok_col is the
-        # token per row ([BLOCK_M, 1]) or one token for all rows (a scalar).
-        q = tl.load(
-            q_ptr + tok_col * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
-            mask=io_mask,
-            other=0.0,
-        )
-        return _fp8_compute_dtype(q, k_cache_ptr)
-
-    @triton.jit
-    def store_out_rows(
-        out_ptr, tok_col, head, stride_ot, stride_oh, offs_d, acc, l_i, out_scale, io_mask
-    ):
-        # The normalized output rows (tok_col as in load_q_rows), in out's dtype.
-        res = acc * (out_scale / l_i)[:, None]
-        tl.store(
-            out_ptr + tok_col * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
-            res.to(out_ptr.dtype.element_ty),
-            mask=io_mask,
-        )
-
-    @triton.jit
-    def store_segment_partial(
-        segm_acc_ptr, segm_max_ptr, segm_sum_ptr, row, row_ok, acc_ok, acc, m_i, l_i, offs_d,
-        DIM_P: tl.constexpr,
-    ):  # fmt: skip
-        # One segment's partial rows for _merge_segments_kernel: running max and sum
-        # [T, Hq, NUM_SEGS] and the unnormalized output [T, Hq, NUM_SEGS, DIM_P] (row indexes
-        # the first two layouts).
-        tl.store(segm_max_ptr + row, m_i, mask=row_ok)
-        tl.store(segm_sum_ptr + row, l_i, mask=row_ok)
-        acc_ptrs = segm_acc_ptr + row[:, None] * DIM_P + offs_d[None, :]
-        tl.store(acc_ptrs, acc, mask=row_ok[:, None] & acc_ok)
 
     # num_seqs changes every step: specializing on its value (== 1, divisible by 16) would
     # compile new variants in the middle of a run.

@@ -51,7 +51,7 @@ if HAS_TRITON:
     import triton
     import triton.language as tl
 
-    from strixlm.kernels.paged_attention import (
+    from strixlm.kernels.attn_tiles import (
         attn_step_blocks,
         blocks_step,
         load_q_rows,
