@@ -71,9 +71,6 @@
 #   fp8split check_attention --quick, the fp8 grids again (with the engine's own choice), then
 #           the fp8 workload with batches split in two below 1.8 sequences a six-grid
 #           program (STRIXLM_ATTN_FP8_SPLIT_BELOW=1.8) / never (0), alternating
-#   fp8fresh check_attention --quick (fp8 prompts and chunks read their own K / V unquantized),
-#           the fp8 workload with STRIXLM_ATTN_FP8_FRESH=1 / 0, alternating, then online
-#           serving with fp8 KV
 #   fp8     check_attention --quick (fp8 cache bytes vs torch) and the workload with fp8 KV
 #   inductor  torch.compile max-autotune GEMMs at M=256 vs cuBLAS (bench_decode_gemm --inductor)
 #   gemm    decode GEMMs at batch 64-256: cuBLAS vs weight layout vs split-K Triton, and
@@ -420,11 +417,6 @@ if has fp8split; then  # fp8 batches split in two where a six-grid program gets 
   run attn_check 150 python benchmarks/gpu/check_attention.py --quick
   run fp8_grids 200 python benchmarks/gpu/bench_fp8_decode.py --grids --json "$OUT/fp8_grids.json"
   ab_fp8 STRIXLM_ATTN_FP8_SPLIT_BELOW split1:1.8 never1:0 split2:1.8 never2:0
-fi
-if has fp8fresh; then  # a step's own K / V read unquantized over fp8 caches (fresh_rows)
-  run attn_check 150 python benchmarks/gpu/check_attention.py --quick
-  ab_fp8 STRIXLM_ATTN_FP8_FRESH fresh1:1 cache1:0 fresh2:1 cache2:0
-  SERVE_FLAGS="--kv-cache-dtype fp8" SERVE_TAG=_fp8 bash benchmarks/gpu/run_issue3.sh serve
 fi
 if has persist; then  # decode attention: unified vs persistent grid (bit-equal outputs)
   run persist 300 python benchmarks/gpu/sweep_decode_attn.py --persistent --json "$OUT/persistent.json"
