@@ -14,6 +14,7 @@ import pytest  # noqa: E402
 
 pytest.importorskip("triton", reason="triton is not installed")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "gpu"))
+import bench_fp8_decode  # noqa: E402
 import check_attention as ca  # noqa: E402
 import probe_fp8_cores as probe  # noqa: E402
 import probe_fp8_vt  # noqa: E402
@@ -49,3 +50,18 @@ def test_vt_probe_matches_the_reference(monkeypatch, dtype, transposed):
     assert (v.float() == cache[1].float()).all()  # same values, another memory order
     out = probe_fp8_vt.vt_decode(q, cache[0], v, md, s, tile=16, warps=2, stages=1)
     assert ca.rel_err(out, ref)[0] < ca.REL_TOL
+
+
+def test_split_mixed_times_the_step_whole_and_in_two(monkeypatch):
+    """bench_fp8_decode --split-mixed: the whole step, its decodes and its prompts each pass
+    the reference check, and the two-launch timing runs both parts (timing stubbed)."""
+    monkeypatch.setattr(ca, "DEV", "cpu")
+    timed = []
+    monkeypatch.setattr(
+        bench_fp8_decode, "graph_time_us", lambda fn, calls=1: timed.append(fn()) or 1.0
+    )
+    r = bench_fp8_decode.split_mixed("t", [(20, 6), (5, 1), (33, 1), (0, 9)], (kvw.FP8_DTYPE,))
+    assert r["fp8"]["ok"] and r["fp8"]["rel_err"] < ca.REL_TOL
+    whole, both, decodes = timed
+    assert whole.shape[0] == 6 + 1 + 1 + 9 and decodes.shape[0] == 2
+    assert [x.shape[0] for x in both] == [2, 15]  # the decodes, then the prompts

@@ -1,6 +1,7 @@
 """Decode attention over an fp8 KV cache against the same batch over a bf16 cache.
 
-python benchmarks/gpu/bench_fp8_decode.py [--json PATH] [--variants a,b,... | --occupancy | --grids]
+python benchmarks/gpu/bench_fp8_decode.py [--json PATH]
+    [--variants a,b,... | --occupancy | --grids | --split-mixed]
 
 An fp8 cache holds half the bytes of a bf16 one, so memory-bound decode attention over it
 should take about half the time. This times the engine's decode attention (the heuristic's
@@ -216,19 +217,67 @@ def grid_sweep(name: str, ctxs: list[int]) -> dict:
     return res
 
 
+# --split-mixed: a mixed step (prompts or a chunk beside decodes) as the engine runs it, one
+# unified launch, against two launches: the decodes on the decode path (the persistent grid,
+# fp8_grid's programs) and the prompts on the unified kernel. Over fp8 the unified kernel's
+# decode rows run 64-row blocks over 4 warps (session 38: a chunk + 63 decodes 252 us over
+# fp8 against 193 over bf16); a probe of what routing them to the decode path would win.
+MIXED_SHAPES = [
+    ("a 512-token chunk at ctx 1024 + 63 decodes at 100-4000",
+     [(1024, 512)] + [(int(c), 1) for c in torch.linspace(100, 4000, 63).tolist()]),
+    ("13 x 600-token prompts + 64 decodes at 700", [(0, 600)] * 13 + [(700, 1)] * 64),
+    ("15 x 512-token prompts + 256 decodes at 512-640",
+     [(0, 512)] * 15 + [(c, 1) for c in _spread(256, 512, 640, 40)]),
+]  # fmt: skip
+
+
+def split_mixed(name: str, rows: list[tuple[int, int]], caches=(DTYPE, kvw.FP8_DTYPE)) -> dict:
+    """One mixed step's attention as one launch and as decodes + prompts in two, over bf16
+    and fp8 caches (28 of each a graph, as in a step); outputs checked against the
+    reference over each batch."""
+    res: dict = {"shape": name}
+    subsets = ([r for r in rows if r[1] == 1], [r for r in rows if r[1] > 1])
+    line = f"{name}:"
+    for dt in caches:
+        fp8 = dt == kvw.FP8_DTYPE
+        label = "fp8" if fp8 else "bf16"
+        calls, err = [], 0.0
+        for sub in (rows, *subsets):
+            q, _, _, cache, md = make_batch(sub, dt)
+            fn = attn_call(q, cache, md, fp8)
+            err = max(err, rel_err(fn()[: md.num_tokens], batch_reference(q, cache, md))[0])
+            calls.append(fn)
+        whole, decodes, prompts = calls
+        one = graph_time_us(whole, calls=28)
+        two = graph_time_us(lambda d=decodes, p=prompts: (d(), p()), calls=28)
+        dec_only = graph_time_us(decodes, calls=28)
+        ok = err < REL_TOL
+        res[label] = dict(one_us=one, two_us=two, decodes_us=dec_only, rel_err=err, ok=ok)
+        line += (f"\n  {label:>4}: one launch {one:7.1f} us, decodes + prompts {two:7.1f}"
+                 f" (decodes alone {dec_only:6.1f}), x{one / two:.3f}; rel err {err:.1e}"
+                 f"{'' if ok else ' FAIL'}")  # fmt: skip
+        calls = whole = decodes = prompts = None
+        torch.cuda.empty_cache()
+    print(line, flush=True)
+    return res
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated fp8 variants")
     ap.add_argument("--occupancy", action="store_true", help="programs an SM x register caps")
     ap.add_argument("--grids", action="store_true", help="fp8 grids over split / unsplit batches")
+    ap.add_argument("--split-mixed", action="store_true", help="mixed steps: one launch vs two")
     args = ap.parse_args()
     variants = [v for v in args.variants.split(",") if v]
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         ap.error(f"--variants: unknown {unknown}; known: {sorted(VARIANTS)}")
     print(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__}))
-    if args.grids:
+    if args.split_mixed:
+        results = [split_mixed(name, rows) for name, rows in MIXED_SHAPES]
+    elif args.grids:
         results = [grid_sweep(name, ctxs) for name, ctxs in GRID_SHAPES]
     elif args.occupancy:
         results = [occupancy_sweep(name, ctxs) for name, ctxs in BENCH_SHAPES[:4]]
