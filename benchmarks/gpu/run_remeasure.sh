@@ -71,6 +71,8 @@
 #   fp8split check_attention --quick, the fp8 grids again (with the engine's own choice), then
 #           the fp8 workload with batches split in two below 1.8 sequences a six-grid
 #           program (STRIXLM_ATTN_FP8_SPLIT_BELOW=1.8) / never (0), alternating
+#   fp8mixed mixed steps' attention as one launch vs decodes + prompts in two, over bf16 and
+#           fp8 (bench_fp8_decode --split-mixed)
 #   fp8     check_attention --quick (fp8 cache bytes vs torch) and the workload with fp8 KV
 #   inductor  torch.compile max-autotune GEMMs at M=256 vs cuBLAS (bench_decode_gemm --inductor)
 #   gemm    decode GEMMs at batch 64-256: cuBLAS vs weight layout vs split-K Triton, and
@@ -417,6 +419,10 @@ if has fp8split; then  # fp8 batches split in two where a six-grid program gets 
   run attn_check 150 python benchmarks/gpu/check_attention.py --quick
   run fp8_grids 200 python benchmarks/gpu/bench_fp8_decode.py --grids --json "$OUT/fp8_grids.json"
   ab_fp8 STRIXLM_ATTN_FP8_SPLIT_BELOW split1:1.8 never1:0 split2:1.8 never2:0
+fi
+if has fp8mixed; then  # would routing a mixed step's decodes to the decode path pay?
+  run fp8_mixed 200 python benchmarks/gpu/bench_fp8_decode.py --split-mixed \
+    --json "$OUT/fp8_mixed.json"
 fi
 if has persist; then  # decode attention: unified vs persistent grid (bit-equal outputs)
   run persist 300 python benchmarks/gpu/sweep_decode_attn.py --persistent --json "$OUT/persistent.json"
