@@ -237,6 +237,7 @@ def split_mixed(name: str, rows: list[tuple[int, int]], caches=(DTYPE, kvw.FP8_D
     reference over each batch."""
     res: dict = {"shape": name}
     subsets = ([r for r in rows if r[1] == 1], [r for r in rows if r[1] > 1])
+    rows = subsets[0] + subsets[1]  # decodes first, as the scheduler orders a step
     line = f"{name}:"
     for dt in caches:
         fp8 = dt == kvw.FP8_DTYPE
