@@ -43,6 +43,11 @@ from strixlm.layers.attention.triton_paged import TritonPagedAttention  # noqa: 
 HQ, HKV, D, BS = 16, 8, 128, 16
 SCALE = D**-0.5
 PEAK_BW = 4.3e12
+# Mixed steps, as (cached context, new tokens) per sequence: a 512-token chunk beside 63
+# decodes of 100-4000 tokens, and the standard workload's admission step (a budget of
+# ~600-token prompts beside decodes).
+MIXED_ROWS = [(1024, 512)] + [(int(c), 1) for c in torch.linspace(100, 4000, 63).tolist()]
+ADMISSION_ROWS = [(0, 600)] * 13 + [(700, 1)] * 64
 DEV = "cuda"
 DTYPE = torch.bfloat16  # model dtype (q, k, v and the non-fp8 cache)
 # Relative L2 error vs the fp32 reference: bf16 output rounding alone is ~2e-3.
@@ -305,15 +310,13 @@ def sweep(quick: bool, only: str | None = None) -> list[dict[str, Any]]:
         ("decode b256 ctx2048", [(2047, 1)] * 256),
         ("prefill 2048", [(0, 2048)]),
         ("chunk 512 @ ctx 4096", [(4096, 512)]),
-        # The standard workload's admission steps: a budget of ~600-token prompts + decodes.
-        ("prefill 13x600 + 64 decodes", [(0, 600)] * 13 + [(700, 1)] * 64),
+        ("prefill 13x600 + 64 decodes", ADMISSION_ROWS),
     ]
     # Mixed steps over fp8 caches (online serving's admission steps): the unified kernel
     # also at small row blocks, where its decode rows waste less of each tile's conversion.
-    mixed = [(1024, 512)] + [(int(c), 1) for c in torch.linspace(100, 4000, 63).tolist()]
     fp8_shapes = [
-        ("mixed 1x512 chunk + 63 decodes fp8", mixed),
-        ("prefill 13x600 + 64 decodes fp8", [(0, 600)] * 13 + [(700, 1)] * 64),
+        ("mixed 1x512 chunk + 63 decodes fp8", MIXED_ROWS),
+        ("prefill 13x600 + 64 decodes fp8", ADMISSION_ROWS),
     ]
     for name, rows in shapes + fp8_shapes:
         if only and only not in name:
@@ -386,11 +389,10 @@ def cases(quick: bool) -> list[Case]:
     cs.append(Case("prefill 2048", [(0, 2048)]))
     cs.append(Case("prefill 4x512", [(0, 512)] * 4))
     cs.append(Case("chunk 512 @ ctx 1536", [(1536, 512)]))
-    mixed = [(1024, 512)] + [(int(c), 1) for c in torch.linspace(100, 4000, 63).tolist()]
-    cs.append(Case("mixed 1x512 chunk + 63 decodes", mixed))
+    cs.append(Case("mixed 1x512 chunk + 63 decodes", MIXED_ROWS))
     # fp8 caches in the unified kernel's prefill / extend paths (mixed steps)
     cs.append(Case("chunk 512 @ ctx 1536 fp8", [(1536, 512)], kvw.FP8_DTYPE))
-    cs.append(Case("mixed 1x512 chunk + 63 decodes fp8", mixed, kvw.FP8_DTYPE))
+    cs.append(Case("mixed 1x512 chunk + 63 decodes fp8", MIXED_ROWS, kvw.FP8_DTYPE))
     return cs
 
 

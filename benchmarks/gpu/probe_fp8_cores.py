@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import sys
 from pathlib import Path
 
@@ -27,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+from bench_fp8_decode import MID_SHAPES, decode_shape, report  # noqa: E402
 from check_attention import (  # noqa: E402
     DTYPE,
     FP8_SCALE,
@@ -41,7 +41,6 @@ from check_attention import (  # noqa: E402
     rel_err,
 )
 from graph_timing import graph_time_us  # noqa: E402
-from sweep_decode_attn import SHAPES  # noqa: E402
 
 from strixlm.kernels import kv_write as kvw  # noqa: E402
 from strixlm.kernels.paged_attention import LOG2E  # noqa: E402
@@ -150,12 +149,8 @@ def main() -> int:
     args = ap.parse_args()
     assert HQ // HKV == 2
     results, bad = [], []
-    shapes = [s for s in SHAPES if s[0] != "b256 ctx520"]
-    for name, ctxs in shapes:
-        b = len(ctxs)
-        rows = [(c - 1, 1) for c in ctxs]
-        order = torch.tensor(sorted(range(b), key=lambda i: -ctxs[i]), dtype=torch.int32).cuda()
-        fp8_bytes = sum(ctxs) * HKV * D * 2
+    for name, ctxs in MID_SHAPES:
+        rows, order, _, _, fp8_bytes = decode_shape(ctxs)
         q, _, _, c16, md = make_batch(rows, DTYPE)
         t16 = graph_time_us(attn_call(q, c16, md, False, seq_order=order))
         del c16
@@ -179,10 +174,7 @@ def main() -> int:
         results.append(row)
         del c8
         torch.cuda.empty_cache()
-    print("ALL OK" if not bad else f"FAILED: {bad}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
-    return 1 if bad else 0
+    return report(results, bad, args.json)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import sys
 from pathlib import Path
 
@@ -25,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+from bench_fp8_decode import MID_SHAPES, decode_shape, report  # noqa: E402
 from check_attention import (  # noqa: E402
     DTYPE,
     HKV,
@@ -38,7 +38,6 @@ from check_attention import (  # noqa: E402
     rel_err,
 )
 from graph_timing import graph_time_us  # noqa: E402
-from sweep_decode_attn import SHAPES  # noqa: E402
 
 from strixlm.kernels import kv_write as kvw  # noqa: E402
 from strixlm.kernels.paged_attention import LOG2E  # noqa: E402
@@ -115,9 +114,8 @@ def main() -> int:
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     results, bad = [], []
-    for name, ctxs in [s for s in SHAPES if s[0] != "b256 ctx520"]:
-        rows = [(c - 1, 1) for c in ctxs]
-        fp8_bytes = sum(ctxs) * HKV * D * 2
+    for name, ctxs in MID_SHAPES:
+        rows, _, _, _, fp8_bytes = decode_shape(ctxs)
         row = {"shape": name}
         line = name + ":"
         for label, dt, vt in (("bf16 rows", DTYPE, False), ("fp8 rows", kvw.FP8_DTYPE, False),
@@ -143,10 +141,7 @@ def main() -> int:
             torch.cuda.empty_cache()
         print(line, flush=True)
         results.append(row)
-    print("ALL OK" if not bad else f"FAILED: {bad}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
-    return 1 if bad else 0
+    return report(results, bad, args.json)
 
 
 if __name__ == "__main__":

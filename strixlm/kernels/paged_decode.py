@@ -202,8 +202,8 @@ def persistent_segments(
     can_split = PERSISTENT_SPLIT_MIN_ITEMS > 0 and max_seq_len >= 4 * tile
     if use_persistent(num_seqs, num_kv_heads, max_query_len, sms):
         if fp8 and can_split and FP8_CTAS_PER_SM:
-            six = persistent_programs(num_seqs, num_kv_heads, sms, FP8_CTAS_PER_SM)
-            if num_seqs < FP8_SPLIT_BELOW * six:
+            fp8_programs = persistent_programs(num_seqs, num_kv_heads, sms, FP8_CTAS_PER_SM)
+            if num_seqs < FP8_SPLIT_BELOW * fp8_programs:
                 return 2
         return 1
     full = max(1, (sms * PERSISTENT_CTAS_PER_SM) // max(1, num_kv_heads))
