@@ -251,6 +251,46 @@ def test_fp8_cache_matches_dequantized_reference(num_splits):
 LONG = [(70, 1), (45, 23), (0, 40), (100, 2)]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize(
+    "cfg", [None, pa.AttnConfig(16, 16, 4, 2), pa.AttnConfig(64, 16, 4, 2)], ids=str
+)
+def test_fp8_steps_read_their_new_rows_unquantized(monkeypatch, dtype, cfg):
+    """Over an fp8 cache the unified kernel reads each sequence's new tokens from the step's
+    K / V rows: the reference is the dequantized cache with those tokens exact. Read back
+    from the cache (STRIXLM_ATTN_FP8_FRESH=0) the output misses that reference by the
+    quantization error, which shows the test can tell the two apart."""
+    b = Batch(LONG, 4, 2, 32, 4, dtype, cache_dtype=kvw.FP8_DTYPE, seed=11)
+    ks, vs = 0.02, 0.05
+    cache = b.kv_cache.clone()
+    kvw.write_kv(cache, b.k, b.v, b.slots, ks, vs)
+    ref_cache = kvw.dequantize_cache(cache, ks, vs)
+    kvw.write_kv_ref(ref_cache, b.k.float(), b.v.float(), b.slots)
+    ref_be = TorchPagedAttention(b.hq, b.hkv, b.d, b.d**-0.5)
+    ref = ref_be.forward(b.q.float(), b.k[:0], b.v[:0], ref_cache, _no_write(b.md))
+
+    def run(**kw):
+        return pa.paged_attention(
+            b.q, cache, b.md.query_start_loc, b.md.seq_lens, b.block_table, b.d**-0.5,
+            max_query_len=b.md.max_query_len, max_seq_len=b.md.max_seq_len, k_scale=ks,
+            v_scale=vs, config=cfg, **kw,
+        )  # fmt: skip
+
+    tol = TOL[dtype]
+    fresh = run(k_new=b.k, v_new=b.v)
+    rel, mx = rel_err(fresh, ref)
+    print(f"fresh {dtype} {cfg}: rel {rel:.2e} max {mx:.2e}")
+    assert rel < tol, (rel, mx)
+    assert rel_err(run(), ref)[0] > 10 * tol  # no rows given: the quantized cache
+    monkeypatch.setattr(pa, "FP8_FRESH_ENABLED", False)
+    assert rel_err(run(k_new=b.k, v_new=b.v), ref)[0] > 10 * tol
+    if cfg is None:  # the backend hands its k / v over
+        monkeypatch.setattr(pa, "FP8_FRESH_ENABLED", True)
+        be = TritonPagedAttention(b.hq, b.hkv, b.d, b.d**-0.5)
+        be.k_scale, be.v_scale = ks, vs
+        assert torch.equal(be.forward(b.q, b.k, b.v, b.kv_cache.clone(), b.md), fresh)
+
+
 @pytest.mark.parametrize(
     "cfg",
     [
@@ -381,18 +421,19 @@ def build(fn, sig, consts, warps, stages=1):
     opts = dict(num_warps=warps, num_stages=stages)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
 
-def attn(dt, cache_dt, cfg, seq_grid, has_order, early=False, ahead=True):
+def attn(dt, cache_dt, cfg, seq_grid, has_order, early=False, ahead=True, fresh=False):
     sig = dict(out_ptr=f"*{dt}", q_ptr=f"*{dt}", k_cache_ptr=f"*{cache_dt}",
                v_cache_ptr=f"*{cache_dt}", block_table_ptr="*i32", seq_lens_ptr="*i32",
                qsl_ptr="*i32", order_ptr="*i32", segm_acc_ptr="*fp32", segm_max_ptr="*fp32",
-               segm_sum_ptr="*fp32", qk_scale="fp32", out_scale="fp32", num_seqs="i32")
-    for n in ("qt", "qh", "ot", "oh", "cb", "cs", "ch", "bt"):
+               segm_sum_ptr="*fp32", k_new_ptr=f"*{dt}", v_new_ptr=f"*{dt}", qk_scale="fp32",
+               out_scale="fp32", new_qk_scale="fp32", new_v_inv="fp32", num_seqs="i32")
+    for n in ("qt", "qh", "ot", "oh", "cb", "cs", "ch", "bt", "nt", "nh"):
         sig["stride_" + n] = "i32"
     c = dict(NUM_Q_HEADS=16, G=2, HEAD_DIM=128, DIM_P=128, BLOCK_SIZE=16, TILE=cfg.tile,
              BLOCK_M=cfg.block_m, BLOCK_Q=cfg.block_m // 2, NUM_SEGS=cfg.num_splits,
              SPLIT=cfg.num_splits > 1, IEEE=False, K_ROWS=cfg.k_rows, SEQ_GRID=seq_grid,
              HAS_ORDER=has_order, FP8_PAIRS=cache_dt == "fp8e4nv", PDL=has_order or early,
-             EARLY=early, AHEAD=ahead)
+             EARLY=early, AHEAD=ahead, FRESH=fresh)
     k = build(pa._paged_attn_kernel, sig, c, cfg.num_warps, cfg.num_stages)
     ptx = k.asm["ptx"]
     # AHEAD (block ids a tile ahead) double-buffers K / V at the decode config's 3 stages.
@@ -409,6 +450,7 @@ attn("bf16", "bf16", pa.select_config(16, 8, 128, 256, 1, 2048, 132), True, True
 attn("bf16", "bf16", pa.select_config(16, 8, 128, 256, 1, 2048, 132), True, True, ahead=False)
 attn("bf16", "bf16", pa.select_config(16, 8, 128, 1, 2048, 2048, 132), False, False)
 attn("fp16", "fp8e4nv", pa.select_config(16, 8, 128, 1, 2048, 2048, 132), False, False)
+attn("bf16", "fp8e4nv", pa.select_config(16, 8, 128, 64, 512, 4096, 132), False, False, fresh=True)
 attn("bf16", "bf16", pa.select_config(16, 8, 128, 256, 1, 2048, 132), True, True, early=True)
 attn("bf16", "bf16", pa.select_config(16, 8, 128, 1, 2048, 2048, 132), False, False, early=True)
 sig = dict(out_ptr="*bf16", segm_acc_ptr="*fp32", segm_max_ptr="*fp32", segm_sum_ptr="*fp32",

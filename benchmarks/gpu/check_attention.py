@@ -133,12 +133,15 @@ def triton_backend(scale_fp8: bool, num_splits=None) -> TritonPagedAttention:
     return be
 
 
-def attn_call(q, cache, md, fp8: bool, config=None, num_splits=None, seq_order=None):
+def attn_call(q, cache, md, fp8: bool, config=None, num_splits=None, seq_order=None, k=None,
+              v=None):  # fmt: skip
+    """paged_attention on a batch; k / v: the step's new rows, as the backend hands them."""
     s = FP8_SCALE if fp8 else 1.0
     return lambda: pa.paged_attention(
         q, cache, md.query_start_loc, md.seq_lens, md.block_table, SCALE,
         max_query_len=md.max_query_len, max_seq_len=md.max_seq_len,
         k_scale=s, v_scale=s, config=config, num_splits=num_splits, seq_order=seq_order,
+        k_new=k, v_new=v,
     )  # fmt: skip
 
 
@@ -195,8 +198,14 @@ def run_case(case: Case, quick: bool) -> dict[str, Any]:
     kvw.write_kv_ref(ref_cache, k, v, md.slot_mapping, FP8_SCALE, FP8_SCALE)
     res["cache_equal"] = bool(torch.equal(tri_cache.view(torch.uint8), ref_cache.view(torch.uint8)))
     s = FP8_SCALE if fp8 else 1.0
+    ref_kv = ref_cache
+    if fp8 and pa.FP8_FRESH_ENABLED and md.max_query_len > pa.SPLIT_MAX_QUERY_LEN:
+        # The unified kernel reads the step's own K / V unquantized (fresh_rows).
+        ref_kv = kvw.dequantize_cache(ref_cache, s, s)
+        kvw.write_kv_ref(ref_kv, k.float(), v.float(), md.slot_mapping)
+        s = 1.0
     ref = pa.paged_attention_ref(
-        q.float(), ref_cache, md.query_lens_cpu, md.seq_lens_cpu, md.block_table, SCALE, s, s
+        q.float(), ref_kv, md.query_lens_cpu, md.seq_lens_cpu, md.block_table, SCALE, s, s
     )
     res["rel_err"], res["max_abs"] = rel_err(out[:t], ref)
     if not fp8:  # the torch backend knows no fp8 scales
@@ -204,7 +213,7 @@ def run_case(case: Case, quick: bool) -> dict[str, Any]:
         res["torch_rel_err"] = rel_err(tout, ref)[0]
     res["ok"] = res["cache_equal"] and res["rel_err"] < REL_TOL
     del ref_cache
-    res["t_attn_us"] = bench(attn_call(q, tri_cache, md, fp8), quick) * 1e3
+    res["t_attn_us"] = bench(attn_call(q, tri_cache, md, fp8, k=k, v=v), quick) * 1e3
     be = triton_backend(fp8)
     res["t_backend_us"] = bench(lambda: be.forward(q, k, v, tri_cache, md), quick) * 1e3
     if not fp8:
@@ -354,7 +363,8 @@ def sweep(quick: bool, only: str | None = None) -> list[dict[str, Any]]:
             times = []
             for cfg in cfgs:
                 try:
-                    times.append((bench(attn_call(q, cache, md, fp8, cfg), True) * 1e3, cfg))
+                    fn = attn_call(q, cache, md, fp8, cfg, k=k, v=v)
+                    times.append((bench(fn, True) * 1e3, cfg))
                 except Exception as e:  # e.g. out of shared memory
                     print(f"  {name} {cfg}: {type(e).__name__}: {str(e)[:120]}")
             times.sort(key=lambda x: x[0])

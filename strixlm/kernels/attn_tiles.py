@@ -101,8 +101,7 @@ if HAS_TRITON:
         # (tile_blocks): a caller that loads them a tile ahead keeps every K / V address
         # free of a same-iteration load, which lets Triton's pipeliner multi-buffer them.
         pos = j * TILE + offs_t
-        if MASKED:
-            pos_ok = pos < kv_end
+        pos_ok = pos < kv_end  # read (and kept) only when MASKED
         tok = blk * stride_cb + (pos % BLOCK_SIZE) * stride_cs + head_off
         # Both tiles as [TILE, D]: one contiguous row of D values per token. K is transposed
         # in registers for the dot (K_ROWS), or loaded as [D, TILE] directly (the old path).
@@ -124,11 +123,66 @@ if HAS_TRITON:
                 k = tl.trans(tl.load(k_cache_ptr + rows_ptr))
             else:
                 k = tl.load(k_cache_ptr + tl.trans(rows_ptr))
+        return softmax_update(acc, m_i, l_i, q, k, v, qk_scale, pos, pos_ok, q_abs, MASKED, IEEE)
+
+    @triton.jit
+    def attn_step_rows(
+        acc,
+        m_i,
+        l_i,
+        q,
+        f,
+        kv_end,
+        q_abs,
+        k_rows_ptr,
+        v_rows_ptr,
+        row0,
+        ctx_len,
+        stride_nt,
+        s_scale,
+        v_inv,
+        offs_t,
+        offs_d,
+        HEAD_DIM: tl.constexpr,
+        EVEN_D: tl.constexpr,
+        TILE: tl.constexpr,
+        MASKED: tl.constexpr,
+        IEEE: tl.constexpr,
+    ):
+        # One online-softmax step over tile f of a sequence's own new tokens, read from the
+        # step's K / V rows ([T, Hkv, D]; k_rows_ptr / v_rows_ptr at the kv head, row0 the
+        # sequence's first new token) instead of the cache: new token i sits at position
+        # ctx_len + i. The rows are unquantized, so the cache's scales do not apply: s_scale
+        # leaves out k_scale, and v is divided by v_scale here because the output is
+        # multiplied by it once for both sources.
+        idx = f * TILE + offs_t
+        pos = ctx_len + idx
+        pos_ok = pos < kv_end
+        ptrs = ((row0 + idx).to(tl.int64) * stride_nt)[:, None] + offs_d[None, :]
+        if MASKED or not EVEN_D:
+            ok = pos_ok[:, None] & (offs_d < HEAD_DIM)[None, :]
+            k = tl.load(k_rows_ptr + ptrs, mask=ok, other=0.0)
+            v = tl.load(v_rows_ptr + ptrs, mask=ok, other=0.0)
+        else:
+            k = tl.load(k_rows_ptr + ptrs)
+            v = tl.load(v_rows_ptr + ptrs)
+        v = (v.to(tl.float32) * v_inv).to(q.dtype)
+        k = tl.trans(k.to(q.dtype))
+        return softmax_update(acc, m_i, l_i, q, k, v, s_scale, pos, pos_ok, q_abs, MASKED, IEEE)
+
+    @triton.jit
+    def softmax_update(
+        acc, m_i, l_i, q, k, v, s_scale, pos, pos_ok, q_abs, MASKED: tl.constexpr,
+        IEEE: tl.constexpr,
+    ):  # fmt: skip
+        # The online-softmax update with one KV tile: k [D, TILE] and v [TILE, D] at
+        # positions pos; scores times s_scale (log2 units); MASKED applies the causal limit
+        # (q_abs per row) and pos_ok (the positions that exist).
         if IEEE:
             s = tl.dot(q, k.to(q.dtype), input_precision="ieee")
         else:
             s = tl.dot(q, k.to(q.dtype))
-        s = s * qk_scale
+        s = s * s_scale
         if MASKED:
             s = tl.where((pos[None, :] <= q_abs[:, None]) & pos_ok[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))

@@ -46,6 +46,7 @@ if HAS_TRITON:
 
     from strixlm.kernels.attn_tiles import (
         attn_step_blocks,
+        attn_step_rows,
         blocks_step,
         load_q_rows,
         store_out_rows,
@@ -97,6 +98,9 @@ FUSED_QK_ENABLED = os.environ.get("STRIXLM_ATTN_FUSE_QK", "0") == "1"
 UNIFIED_AHEAD = os.environ.get("STRIXLM_ATTN_UNIFIED_AHEAD", "1") == "1"
 # fp8 caches read as byte pairs (see fp8_pairs); STRIXLM_ATTN_FP8_PAIRS=0 turns it off (A/B).
 FP8_PAIRS_ENABLED = os.environ.get("STRIXLM_ATTN_FP8_PAIRS", "1") == "1"
+# Over fp8 caches the unified kernel reads each sequence's new tokens from the step's K / V
+# rows (see fresh_rows); STRIXLM_ATTN_FP8_FRESH=0 reads them back from the cache (A/B).
+FP8_FRESH_ENABLED = os.environ.get("STRIXLM_ATTN_FP8_FRESH", "1") == "1"
 
 
 @dataclass(frozen=True)
@@ -238,8 +242,12 @@ if HAS_TRITON:
         segm_acc_ptr,
         segm_max_ptr,
         segm_sum_ptr,
+        k_new_ptr,
+        v_new_ptr,
         qk_scale,
         out_scale,
+        new_qk_scale,
+        new_v_inv,
         num_seqs,
         stride_qt,
         stride_qh,
@@ -249,6 +257,8 @@ if HAS_TRITON:
         stride_cs,
         stride_ch,
         stride_bt,
+        stride_nt,
+        stride_nh,
         NUM_Q_HEADS: tl.constexpr,
         G: tl.constexpr,
         HEAD_DIM: tl.constexpr,
@@ -267,7 +277,11 @@ if HAS_TRITON:
         PDL: tl.constexpr,
         EARLY: tl.constexpr = False,
         AHEAD: tl.constexpr = False,
+        FRESH: tl.constexpr = False,
     ):
+        # FRESH (unsplit launches only): each sequence's new tokens are read from the step's
+        # K / V rows (k_new_ptr / v_new_ptr, [T, Hkv, D]) and only its cached prefix from the
+        # cache; new_qk_scale / new_v_inv replace the cache's scales for those rows.
         # EARLY: the sequence lookup (order, query_start_loc, seq_lens: step inputs written
         # before the previous kernel) runs before the PDL wait; q and K/V are read after it.
         if not EARLY:
@@ -335,6 +349,30 @@ if HAS_TRITON:
         blk_next = (
             tile_blocks(bt_row_ptr, lo, kv_end, offs_t, BLOCK_SIZE, TILE, True) if AHEAD else lo
         )
+        if FRESH:
+            # The cached prefix [0, ctx_len) from the cache, then the new tokens from their
+            # rows: unmasked while every row sees the whole tile, then causally masked.
+            mid = ctx_len // TILE
+            hi = tl.cdiv(ctx_len, TILE)
+            n_new = kv_end - ctx_len
+            kv_end = ctx_len  # the cache loops' bound
+            if AHEAD:
+                blk_next = tile_blocks(bt_row_ptr, 0, kv_end, offs_t, BLOCK_SIZE, TILE, True)
+            new_full = (local * BLOCK_Q + 1) // TILE
+            k_rows_ptr = k_new_ptr + kv_head * stride_nh
+            v_rows_ptr = v_new_ptr + kv_head * stride_nh
+            for f in range(0, new_full):
+                acc, m_i, l_i = attn_step_rows(
+                    acc, m_i, l_i, q, f, ctx_len + n_new, q_abs, k_rows_ptr, v_rows_ptr,
+                    q_start, ctx_len, stride_nt, new_qk_scale, new_v_inv, offs_t, offs_d,
+                    HEAD_DIM, HEAD_DIM == DIM_P, TILE, False, IEEE,
+                )  # fmt: skip
+            for f in range(new_full, tl.cdiv(n_new, TILE)):
+                acc, m_i, l_i = attn_step_rows(
+                    acc, m_i, l_i, q, f, ctx_len + n_new, q_abs, k_rows_ptr, v_rows_ptr,
+                    q_start, ctx_len, stride_nt, new_qk_scale, new_v_inv, offs_t, offs_d,
+                    HEAD_DIM, HEAD_DIM == DIM_P, TILE, True, IEEE,
+                )  # fmt: skip
         for j in range(lo, mid):
             blk, blk_next = blocks_step(
                 blk_next, bt_row_ptr, j, kv_end, offs_t, BLOCK_SIZE, TILE, False, AHEAD
@@ -424,6 +462,8 @@ def paged_attention(
     config: AttnConfig | None = None,
     seq_order: torch.Tensor | None = None,
     qk_prologue: QKNormRopeWrite | None = None,
+    k_new: torch.Tensor | None = None,
+    v_new: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal attention of q [T, Hq, D] over the paged cache; returns out [T, Hq, D].
 
@@ -437,6 +477,10 @@ def paged_attention(
     qk_prologue: q and the step's K/V are raw projections still to be normed, rotated and
     written to the cache: inside the persistent decode kernel when it runs unsplit (one
     launch fewer), else by the separate q/k norm + rotary launch first.
+    k_new / v_new [T, Hkv, D]: the step's K / V as written to the cache (qk_prologue's
+    after its launch, if not given). Over an fp8 cache the unified kernel reads each
+    sequence's new tokens from them unquantized (fresh_rows), and only cached prefixes
+    pay the fp8 conversion.
     """
     t, hq, d = q.shape
     _, _, bs, hkv, dc = kv_cache.shape
@@ -469,6 +513,8 @@ def paged_attention(
     )
     if qk_prologue is not None and not fuse_qk:
         qk_prologue.run(q, kv_cache)
+        if k_new is None:
+            k_new, v_new = qk_prologue.k, qk_prologue.v
     if persistent:
         from strixlm.kernels.paged_decode import paged_decode_persistent
 
@@ -487,6 +533,9 @@ def paged_attention(
         segm_acc, segm_max, segm_sum = segment_buffers(t, hq, cfg.num_splits, dim_p, q.device)
     else:
         segm_acc = segm_max = segm_sum = out  # never touched; any pointer will do
+    fresh = not split and not seq_grid and fresh_rows(q, kv_cache, k_new, v_new)
+    if not fresh:
+        k_new = v_new = q  # never read without FRESH
     _paged_attn_kernel[(n_q_blocks, hkv, cfg.num_splits)](
         out,
         q,
@@ -499,10 +548,16 @@ def paged_attention(
         segm_acc,
         segm_max,
         segm_sum,
+        k_new,
+        v_new,
         float(scale * k_scale * LOG2E),
         float(v_scale),
+        float(scale * LOG2E),
+        1.0 / float(v_scale),
         num_seqs,
         *launch_strides(q, out, kc, block_table),
+        k_new.stride(0),
+        k_new.stride(1),
         NUM_Q_HEADS=hq,
         G=g,
         HEAD_DIM=d,
@@ -521,6 +576,7 @@ def paged_attention(
         PDL=pdl,
         EARLY=pdl and EARLY_LOADS,
         AHEAD=UNIFIED_AHEAD,
+        FRESH=fresh,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         launch_pdl=pdl,
@@ -634,6 +690,25 @@ def fp8_pairs(q: torch.Tensor, kv_cache: torch.Tensor) -> bool:
         and q.dtype != torch.float32
         and d == max(16, _pow2(d))
         and not interpreter_active()
+    )
+
+
+def fresh_rows(
+    q: torch.Tensor, kv_cache: torch.Tensor, k_new: torch.Tensor | None, v_new: torch.Tensor | None
+) -> bool:
+    """Read a step's own K / V rows instead of the cache (the unified kernel, unsplit):
+    over fp8 caches, where each cache tile costs a conversion that a prompt's
+    compute-bound attention pays once per query tile; rows in q's dtype, [T, Hkv, D]
+    with k and v strided alike."""
+    return (
+        FP8_FRESH_ENABLED
+        and kv_cache.dtype == FP8_DTYPE
+        and k_new is not None
+        and v_new is not None
+        and k_new.dtype == v_new.dtype == q.dtype
+        and k_new.shape == v_new.shape == (q.shape[0], kv_cache.shape[3], q.shape[2])
+        and k_new.stride() == v_new.stride()
+        and k_new.stride(2) == 1
     )
 
 

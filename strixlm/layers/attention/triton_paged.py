@@ -46,7 +46,13 @@ class TritonPagedAttention(AttentionBackend):
         else:
             write_kv_ref(kv_cache, k, v, md.slot_mapping, self.k_scale, self.v_scale)
 
-    def attend(self, q, kv_cache, md: AttentionMetadata, qk_prologue=None):
+    def forward(self, q, k, v, kv_cache, md: AttentionMetadata) -> torch.Tensor:
+        self.write_kv(k, v, kv_cache, md)
+        return self.attend(q, kv_cache, md, k_new=k, v_new=v)
+
+    def attend(self, q, kv_cache, md: AttentionMetadata, qk_prologue=None, k_new=None, v_new=None):
+        """k_new / v_new: the step's K / V as just written, which the kernels may read in
+        place of the cache for the step's own tokens (paged_attention)."""
         if not self.use_triton(q.device):
             if qk_prologue is not None:
                 qk_prologue.run(q, kv_cache)
@@ -74,4 +80,6 @@ class TritonPagedAttention(AttentionBackend):
             num_splits=self.num_splits,
             seq_order=md.seq_order,
             qk_prologue=qk_prologue,
+            k_new=k_new,
+            v_new=v_new,
         )
