@@ -1,7 +1,7 @@
 """Decode attention over an fp8 KV cache against the same batch over a bf16 cache.
 
 python benchmarks/gpu/bench_fp8_decode.py [--json PATH]
-    [--variants a,b,... | --occupancy | --grids | --split-mixed]
+    [--variants a,b,... | --occupancy | --grids | --split-mixed | --fresh]
 
 An fp8 cache holds half the bytes of a bf16 one, so memory-bound decode attention over it
 should take about half the time. This times the engine's decode attention (the heuristic's
@@ -263,6 +263,32 @@ def split_mixed(name: str, rows: list[tuple[int, int]], caches=(DTYPE, kvw.FP8_D
         calls = whole = decodes = prompts = None
         torch.cuda.empty_cache()
     print(line, flush=True)
+
+
+# --fresh: steps with prompts or chunks (the unified kernel) over an fp8 cache, with the
+# step's own K / V read from their rows (fresh_rows) or back from the cache, and over bf16.
+FRESH_SHAPES = [
+    ("chunk 512 @ ctx 1536", [(1536, 512)]),
+    ("4 prompts x 512", [(0, 512)] * 4),
+    ("a 512-token chunk + 63 decodes", [(1024, 512)] + [(int(c), 1) for c in
+                                                        torch.linspace(100, 4000, 63).tolist()]),
+    ("13 x 600-token prompts + 64 decodes", [(0, 600)] * 13 + [(700, 1)] * 64),
+]  # fmt: skip
+
+
+def fresh_ab(name: str, rows: list[tuple[int, int]]) -> dict:
+    """One step's attention (28 launches a graph, as in a step) three ways."""
+    res: dict = {"shape": name}
+    q, k, v, cache16, md = make_batch(rows, DTYPE)
+    res["bf16_us"] = graph_time_us(attn_call(q, cache16, md, False), calls=28)
+    del cache16
+    q, k, v, cache8, md = make_batch(rows, kvw.FP8_DTYPE)
+    res["fp8_cache_us"] = graph_time_us(attn_call(q, cache8, md, True), calls=28)
+    res["fp8_fresh_us"] = graph_time_us(attn_call(q, cache8, md, True, k=k, v=v), calls=28)
+    print(f"{name}: bf16 {res['bf16_us']:7.1f} us, fp8 read back {res['fp8_cache_us']:7.1f},"
+          f" fp8 own rows {res['fp8_fresh_us']:7.1f}", flush=True)  # fmt: skip
+    del cache8
+    torch.cuda.empty_cache()
     return res
 
 
@@ -273,6 +299,7 @@ def main() -> int:
     ap.add_argument("--occupancy", action="store_true", help="programs an SM x register caps")
     ap.add_argument("--grids", action="store_true", help="fp8 grids over split / unsplit batches")
     ap.add_argument("--split-mixed", action="store_true", help="mixed steps: one launch vs two")
+    ap.add_argument("--fresh", action="store_true", help="prompt steps: own rows vs the cache")
     args = ap.parse_args()
     variants = [v for v in args.variants.split(",") if v]
     unknown = [v for v in variants if v not in VARIANTS]
@@ -281,6 +308,8 @@ def main() -> int:
     print(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__}))
     if args.split_mixed:
         results = [split_mixed(name, rows) for name, rows in MIXED_SHAPES]
+    elif args.fresh:
+        results = [fresh_ab(name, rows) for name, rows in FRESH_SHAPES]
     elif args.grids:
         results = [grid_sweep(name, ctxs) for name, ctxs in GRID_SHAPES]
     elif args.occupancy:
