@@ -263,6 +263,7 @@ def split_mixed(name: str, rows: list[tuple[int, int]], caches=(DTYPE, kvw.FP8_D
         calls = whole = decodes = prompts = None
         torch.cuda.empty_cache()
     print(line, flush=True)
+    return res
 
 
 # --fresh: steps with prompts or chunks (the unified kernel) over an fp8 cache, with the

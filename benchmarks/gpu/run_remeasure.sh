@@ -428,6 +428,7 @@ if has fp8mixed; then  # would routing a mixed step's decodes to the decode path
     --json "$OUT/fp8_mixed.json"
 fi
 if has fp8fresh; then  # a step's own K / V read unquantized over fp8 caches (fresh_rows)
+  run fp8_fresh 150 python benchmarks/gpu/bench_fp8_decode.py --fresh --json "$OUT/fp8_fresh.json"
   run attn_check 150 python benchmarks/gpu/check_attention.py --quick
   ab_fp8 STRIXLM_ATTN_FP8_FRESH fresh1:1 cache1:0 fresh2:1 cache2:0
   SERVE_FLAGS="--kv-cache-dtype fp8" SERVE_TAG=_fp8 bash benchmarks/gpu/run_issue3.sh serve

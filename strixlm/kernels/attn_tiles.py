@@ -153,8 +153,8 @@ if HAS_TRITON:
         # step's K / V rows ([T, Hkv, D]; k_rows_ptr / v_rows_ptr at the kv head, row0 the
         # sequence's first new token) instead of the cache: new token i sits at position
         # ctx_len + i. The rows are unquantized, so the cache's scales do not apply: s_scale
-        # leaves out k_scale, and v is divided by v_scale here because the output is
-        # multiplied by it once for both sources.
+        # leaves out k_scale, and the tile's probabilities are divided by v_scale (v_inv)
+        # because the output is multiplied by it once for both sources.
         idx = f * TILE + offs_t
         pos = ctx_len + idx
         pos_ok = pos < kv_end
@@ -166,18 +166,19 @@ if HAS_TRITON:
         else:
             k = tl.load(k_rows_ptr + ptrs)
             v = tl.load(v_rows_ptr + ptrs)
-        v = (v.to(tl.float32) * v_inv).to(q.dtype)
-        k = tl.trans(k.to(q.dtype))
-        return softmax_update(acc, m_i, l_i, q, k, v, s_scale, pos, pos_ok, q_abs, MASKED, IEEE)
+        # q is in the rows' own dtype (the caller's raw q): no per-element conversion.
+        return softmax_update(acc, m_i, l_i, q, tl.trans(k), v, s_scale, pos, pos_ok, q_abs,
+                              MASKED, IEEE, v_inv, True)  # fmt: skip
 
     @triton.jit
     def softmax_update(
         acc, m_i, l_i, q, k, v, s_scale, pos, pos_ok, q_abs, MASKED: tl.constexpr,
-        IEEE: tl.constexpr,
+        IEEE: tl.constexpr, p_scale=1.0, P_SCALED: tl.constexpr = False,
     ):  # fmt: skip
         # The online-softmax update with one KV tile: k [D, TILE] and v [TILE, D] at
         # positions pos; scores times s_scale (log2 units); MASKED applies the causal limit
-        # (q_abs per row) and pos_ok (the positions that exist).
+        # (q_abs per row) and pos_ok (the positions that exist). P_SCALED: the tile's
+        # values weigh p_scale times its probabilities in the output (not in the sum).
         if IEEE:
             s = tl.dot(q, k.to(q.dtype), input_precision="ieee")
         else:
@@ -192,6 +193,8 @@ if HAS_TRITON:
         alpha = tl.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None]
+        if P_SCALED:
+            p = p * p_scale
         if IEEE:
             acc = tl.dot(p, v.to(tl.float32), acc, input_precision="ieee")
         else:
@@ -199,15 +202,20 @@ if HAS_TRITON:
         return acc, m_new, l_i
 
     @triton.jit
-    def load_q_rows(q_ptr, tok_col, head, stride_qt, stride_qh, offs_d, io_mask, k_cache_ptr):
-        # The program's q rows [BLOCK_M, DIM_P] in the dtype its dots use; tok_col is the
-        # token per row ([BLOCK_M, 1]) or one token for all rows (a scalar).
+    def load_q_rows(
+        q_ptr, tok_col, head, stride_qt, stride_qh, offs_d, io_mask, k_cache_ptr,
+        RAW: tl.constexpr = False,
+    ):  # fmt: skip
+        # The program's q rows [BLOCK_M, DIM_P] in the dtype its dots over the cache use (RAW:
+        # q's own); tok_col is the token per row ([BLOCK_M, 1]) or one token for all rows.
         q = tl.load(
             q_ptr + tok_col * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
             mask=io_mask,
             other=0.0,
         )
-        return _fp8_compute_dtype(q, k_cache_ptr)
+        if not RAW:
+            q = _fp8_compute_dtype(q, k_cache_ptr)
+        return q
 
     @triton.jit
     def store_out_rows(

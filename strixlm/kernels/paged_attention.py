@@ -45,6 +45,7 @@ if HAS_TRITON:
     import triton.language as tl
 
     from strixlm.kernels.attn_tiles import (
+        _fp8_compute_dtype,
         attn_step_blocks,
         attn_step_rows,
         blocks_step,
@@ -324,8 +325,9 @@ if HAS_TRITON:
         tok = (q_start + q_pos).to(tl.int64)
         d_ok = offs_d < HEAD_DIM
         io_mask = row_ok[:, None] & d_ok[None, :]
+        # FRESH: q in its own dtype for the new tokens' rows; converted before the cache's.
         q = load_q_rows(q_ptr, tok[:, None], head, stride_qt, stride_qh, offs_d, io_mask,
-                        k_cache_ptr)  # fmt: skip
+                        k_cache_ptr, FRESH)  # fmt: skip
 
         # Keys this tile of queries may see, and the prefix every one of its rows sees.
         kv_end = tl.minimum(seq_len, ctx_len + (local + 1) * BLOCK_Q)
@@ -373,6 +375,7 @@ if HAS_TRITON:
                     q_start, ctx_len, stride_nt, new_qk_scale, new_v_inv, offs_t, offs_d,
                     HEAD_DIM, HEAD_DIM == DIM_P, TILE, True, IEEE,
                 )  # fmt: skip
+            q = _fp8_compute_dtype(q, k_cache_ptr)
         for j in range(lo, mid):
             blk, blk_next = blocks_step(
                 blk_next, bt_row_ptr, j, kv_end, offs_t, BLOCK_SIZE, TILE, False, AHEAD
