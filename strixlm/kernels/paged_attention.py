@@ -45,7 +45,6 @@ if HAS_TRITON:
     import triton.language as tl
 
     from strixlm.kernels.attn_tiles import (
-        _fp8_compute_dtype,
         attn_step_blocks,
         attn_step_rows,
         blocks_step,
@@ -325,9 +324,8 @@ if HAS_TRITON:
         tok = (q_start + q_pos).to(tl.int64)
         d_ok = offs_d < HEAD_DIM
         io_mask = row_ok[:, None] & d_ok[None, :]
-        # FRESH: q in its own dtype for the new tokens' rows; converted before the cache's.
         q = load_q_rows(q_ptr, tok[:, None], head, stride_qt, stride_qh, offs_d, io_mask,
-                        k_cache_ptr, FRESH)  # fmt: skip
+                        k_cache_ptr)  # fmt: skip
 
         # Keys this tile of queries may see, and the prefix every one of its rows sees.
         kv_end = tl.minimum(seq_len, ctx_len + (local + 1) * BLOCK_Q)
@@ -340,6 +338,13 @@ if HAS_TRITON:
             lo = seg * per_seg
             hi = tl.minimum(lo + per_seg, n_tiles)
         mid = tl.minimum(tl.maximum(n_full, lo), hi)
+        new_end = kv_end
+        if FRESH:
+            # The cache loops below cover only the cached prefix [0, ctx_len), which every
+            # row sees (masked only past its end); the new tokens come from their rows after.
+            kv_end = ctx_len
+            mid = ctx_len // TILE
+            hi = tl.cdiv(ctx_len, TILE)
 
         bt_row_ptr = block_table_ptr + seq.to(tl.int64) * stride_bt
         head_off = kv_head * stride_ch
@@ -351,31 +356,6 @@ if HAS_TRITON:
         blk_next = (
             tile_blocks(bt_row_ptr, lo, kv_end, offs_t, BLOCK_SIZE, TILE, True) if AHEAD else lo
         )
-        if FRESH:
-            # The cached prefix [0, ctx_len) from the cache, then the new tokens from their
-            # rows: unmasked while every row sees the whole tile, then causally masked.
-            mid = ctx_len // TILE
-            hi = tl.cdiv(ctx_len, TILE)
-            n_new = kv_end - ctx_len
-            kv_end = ctx_len  # the cache loops' bound
-            if AHEAD:
-                blk_next = tile_blocks(bt_row_ptr, 0, kv_end, offs_t, BLOCK_SIZE, TILE, True)
-            new_full = (local * BLOCK_Q + 1) // TILE
-            k_rows_ptr = k_new_ptr + kv_head * stride_nh
-            v_rows_ptr = v_new_ptr + kv_head * stride_nh
-            for f in range(0, new_full):
-                acc, m_i, l_i = attn_step_rows(
-                    acc, m_i, l_i, q, f, ctx_len + n_new, q_abs, k_rows_ptr, v_rows_ptr,
-                    q_start, ctx_len, stride_nt, new_qk_scale, new_v_inv, offs_t, offs_d,
-                    HEAD_DIM, HEAD_DIM == DIM_P, TILE, False, IEEE,
-                )  # fmt: skip
-            for f in range(new_full, tl.cdiv(n_new, TILE)):
-                acc, m_i, l_i = attn_step_rows(
-                    acc, m_i, l_i, q, f, ctx_len + n_new, q_abs, k_rows_ptr, v_rows_ptr,
-                    q_start, ctx_len, stride_nt, new_qk_scale, new_v_inv, offs_t, offs_d,
-                    HEAD_DIM, HEAD_DIM == DIM_P, TILE, True, IEEE,
-                )  # fmt: skip
-            q = _fp8_compute_dtype(q, k_cache_ptr)
         for j in range(lo, mid):
             blk, blk_next = blocks_step(
                 blk_next, bt_row_ptr, j, kv_end, offs_t, BLOCK_SIZE, TILE, False, AHEAD
@@ -394,6 +374,28 @@ if HAS_TRITON:
                 head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d,
                 HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, True, IEEE, K_ROWS, FP8_PAIRS,
             )  # fmt: skip
+        if FRESH:
+            # The new tokens after the prefix (the online softmax does not depend on the
+            # order; the cache's reads start first), with q reloaded in its own dtype so the
+            # unquantized rows' dots need no conversion. Unmasked while every row sees the
+            # whole tile, then causally masked.
+            q = load_q_rows(q_ptr, tok[:, None], head, stride_qt, stride_qh, offs_d, io_mask,
+                            k_cache_ptr, True)  # fmt: skip
+            new_full = (local * BLOCK_Q + 1) // TILE
+            k_rows_ptr = k_new_ptr + kv_head * stride_nh
+            v_rows_ptr = v_new_ptr + kv_head * stride_nh
+            for f in range(0, new_full):
+                acc, m_i, l_i = attn_step_rows(
+                    acc, m_i, l_i, q, f, new_end, q_abs, k_rows_ptr, v_rows_ptr,
+                    q_start, ctx_len, stride_nt, new_qk_scale, new_v_inv, offs_t, offs_d,
+                    HEAD_DIM, HEAD_DIM == DIM_P, TILE, False, IEEE,
+                )  # fmt: skip
+            for f in range(new_full, tl.cdiv(new_end - ctx_len, TILE)):
+                acc, m_i, l_i = attn_step_rows(
+                    acc, m_i, l_i, q, f, new_end, q_abs, k_rows_ptr, v_rows_ptr,
+                    q_start, ctx_len, stride_nt, new_qk_scale, new_v_inv, offs_t, offs_d,
+                    HEAD_DIM, HEAD_DIM == DIM_P, TILE, True, IEEE,
+                )  # fmt: skip
 
         if SPLIT:  # an empty segment leaves max = -inf (its acc is never read)
             row = (tok * NUM_Q_HEADS + head) * NUM_SEGS + seg
