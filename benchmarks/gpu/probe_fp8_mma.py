@@ -1,14 +1,15 @@
-"""Probe: decode attention over an fp8 cache with explicit register layouts
-(fp8_mma_decode.py, Gluon) against the engine's decode path over fp8 and over bf16.
+"""Probe: fp8 decode attention with explicit register layouts (the Gluon kernel of
+strixlm/kernels/paged_decode_fp8.py) against the Triton decode paths, over fp8 and bf16.
 
-    python benchmarks/gpu/probe_fp8_mma.py [--tiles 16,32] [--json PATH]
+    python benchmarks/gpu/probe_fp8_mma.py [--segs 1,2,4,8] [--json PATH]
 
-At each shape (the workload's mid-run decode batches, contexts spread like its own, and a
-few smaller ones) the probe checks the Gluon kernel against the fp32 reference over the
+At each shape (the workload's mid-run decode batches, contexts spread like its own, and
+smaller ones) the probe checks the Gluon kernel against the fp32 reference over the
 dequantized cache, then times, as CUDA-graph replays of 28 launches (a step's layers):
-- the engine's decode attention over a bf16 cache and over an fp8 cache holding the same
-  values (its heuristic config: the persistent grid, its fp8 grid and splits);
-- the Gluon kernel at each tile size (one warp a sequence and kv head, no split).
+- the Triton decode attention over a bf16 cache and over an fp8 cache holding the same
+  values (the heuristic config: the persistent grid, its fp8 grid and splits);
+- the Gluon kernel, longest sequences first, at each segment count and at the count
+  num_segments picks (the engine's path).
 The read rate is the fp8 cache bytes a launch must read over its time.
 """
 
@@ -34,44 +35,58 @@ from check_attention import (  # noqa: E402
     make_batch,
     rel_err,
 )
-from fp8_mma_decode import fp8_mma_decode  # noqa: E402
 from graph_timing import graph_time_us  # noqa: E402
 from sweep_decode_attn import SHAPES, SPLIT_SHAPES  # noqa: E402
 
 from strixlm.kernels import kv_write as kvw  # noqa: E402
+from strixlm.kernels import paged_decode_fp8 as pdf8  # noqa: E402
 
-PROBE_SHAPES = [s for s in SHAPES if s[0] != "b256 ctx520"] + [
-    ("b256 ctx2048", [2048] * 256),
-] + [s for s in SPLIT_SHAPES if s[0] in ("b48 spread700-2000", "b96 spread500-2000")]  # fmt: skip
+SMALL = ("b64 spread600-2000", "b115 spread400-2000")  # b64 is in SHAPES
+PROBE_SHAPES = (
+    [s for s in SHAPES if s[0] != "b256 ctx520"]
+    + [
+        ("b256 ctx2048", [2048] * 256),
+    ]
+    + [s for s in SPLIT_SHAPES if s[0] not in SMALL]
+)
 
 
-def probe_shape(name: str, ctxs: list[int], tiles: list[int]) -> dict:
+def probe_shape(name: str, ctxs: list[int], segs_list: list[int]) -> dict:
     rows, order, _, heur, fp8_bytes = decode_shape(ctxs)
-    res: dict = {"shape": name, "engine_fp8_config": str(heur), "fp8_bytes": fp8_bytes}
+    res: dict = {"shape": name, "triton_fp8_config": str(heur), "fp8_bytes": fp8_bytes}
     q, _, _, cache16, md = make_batch(rows, DTYPE)
     bf16_call = attn_call(q, cache16, md, False, seq_order=order)
-    res["engine_bf16_us"] = graph_time_us(bf16_call, calls=28)
-    del cache16
+    res["triton_bf16_us"] = graph_time_us(bf16_call, calls=28)
+    del cache16, bf16_call
     q, _, _, cache8, md = make_batch(rows, kvw.FP8_DTYPE)
-    res["engine_fp8_us"] = graph_time_us(attn_call(q, cache8, md, True, seq_order=order), calls=28)
+    pdf8.ENABLED = False  # the Triton kernels' fp8 path
+    res["triton_fp8_us"] = t8 = graph_time_us(attn_call(q, cache8, md, True, seq_order=order), 28)
+    pdf8.ENABLED = True
     ref = batch_reference(q, cache8, md)
     s = cache_scale(cache8)
-    t8 = res["engine_fp8_us"]
-    line = (f"{name}: engine bf16 {res['engine_bf16_us']:7.1f} us, engine fp8 {t8:7.1f}"
-            f" ({fp8_bytes / t8 / 1e6:.2f} TB/s)")  # fmt: skip
+    picked = pdf8.num_segments(len(ctxs), cache8.shape[3], md.max_seq_len)
+    line = (f"{name}: triton bf16 {res['triton_bf16_us']:7.1f} us, triton fp8 {t8:7.1f}"
+            f" ({fp8_bytes / t8 / 1e6:.2f} TB/s); num_segments picks {picked}")  # fmt: skip
     out = torch.empty_like(q)
-    for tile in tiles:
+    for segs in sorted(set(segs_list) | {picked}):
 
-        def fn(tile=tile, cache=cache8):
-            return fp8_mma_decode(q, cache, md.seq_lens, md.block_table, SCALE, s, s, tile, out)
+        def fn(segs=segs, cache=cache8):
+            return pdf8.paged_decode_fp8(
+                q, cache, md.query_start_loc, md.seq_lens, md.block_table, SCALE, out,
+                max_seq_len=md.max_seq_len, k_scale=s, v_scale=s, seq_order=order, num_segs=segs,
+            )  # fmt: skip
 
         err = rel_err(fn(), ref)[0]
         t = graph_time_us(fn, calls=28)
         ok = err < REL_TOL
-        res[f"mma{tile}"] = dict(us=t, rel_err=err, ok=ok, tb_s=fp8_bytes / t / 1e6)
-        line += (f"\n  gluon mma tile {tile}: {t:7.1f} us ({fp8_bytes / t / 1e6:.2f} TB/s),"
-                 f" x{t8 / t:.3f} vs engine fp8, x{res['engine_bf16_us'] / t:.3f}"
-                 f" vs bf16; rel err {err:.1e}{'' if ok else ' FAIL'}")  # fmt: skip
+        res[f"gluon_segs{segs}"] = dict(us=t, rel_err=err, ok=ok, tb_s=fp8_bytes / t / 1e6)
+        line += (f"\n  gluon, {segs} segment(s){' (picked)' if segs == picked else ''}:"
+                 f" {t:7.1f} us ({fp8_bytes / t / 1e6:.2f} TB/s), x{t8 / t:.3f} vs triton fp8,"
+                 f" x{res['triton_bf16_us'] / t:.3f} vs bf16; rel err {err:.1e}"
+                 f"{'' if ok else ' FAIL'}")  # fmt: skip
+    # The engine's own dispatch (paged_attention over fp8 decode) takes this kernel.
+    err = rel_err(attn_call(q, cache8, md, True, seq_order=order)(), ref)[0]
+    res["engine_dispatch"] = dict(rel_err=err, ok=err < REL_TOL)
     print(line, flush=True)
     del cache8, fn
     torch.cuda.empty_cache()
@@ -80,12 +95,12 @@ def probe_shape(name: str, ctxs: list[int], tiles: list[int]) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--tiles", default="16,32")
+    ap.add_argument("--segs", default="1,2,4,8")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    tiles = [int(t) for t in args.tiles.split(",")]
+    segs = [int(t) for t in args.segs.split(",")]
     print(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__}))
-    results = [probe_shape(name, ctxs, tiles) for name, ctxs in PROBE_SHAPES]
+    results = [probe_shape(name, ctxs, segs) for name, ctxs in PROBE_SHAPES]
     bad = [(r["shape"], k) for r in results for k, x in r.items()
            if isinstance(x, dict) and not x["ok"]]  # fmt: skip
     print("ALL OK" if not bad else f"FAILED: {bad}")

@@ -76,6 +76,9 @@
 #   fp8fresh check_attention --quick (fp8 prompts and chunks read their own K / V unquantized),
 #           the fp8 workload with STRIXLM_ATTN_FP8_FRESH=1 / 0, alternating
 #   fp8serve online serving with fp8 KV, then with bf16 KV, one fresh server each
+#   fp8mma  fp8 decode attention on the Gluon kernel (paged_decode_fp8): probe_fp8_mma.py's
+#           segment sweep, check_attention --quick, then the fp8 workload with it on / off
+#           (STRIXLM_ATTN_FP8_MMA=1 / 0), alternating
 #   fp8     check_attention --quick (fp8 cache bytes vs torch) and the workload with fp8 KV
 #   inductor  torch.compile max-autotune GEMMs at M=256 vs cuBLAS (bench_decode_gemm --inductor)
 #   gemm    decode GEMMs at batch 64-256: cuBLAS vs weight layout vs split-K Triton, and
@@ -431,6 +434,11 @@ if has fp8fresh; then  # a step's own K / V read unquantized over fp8 caches (fr
   run fp8_fresh 150 python benchmarks/gpu/bench_fp8_decode.py --fresh --json "$OUT/fp8_fresh.json"
   run attn_check 150 python benchmarks/gpu/check_attention.py --quick
   ab_fp8 STRIXLM_ATTN_FP8_FRESH fresh1:1 cache1:0 fresh2:1 cache2:0
+fi
+if has fp8mma; then  # fp8 decode attention with explicit register layouts (Gluon)
+  run fp8_mma 300 python benchmarks/gpu/probe_fp8_mma.py --json "$OUT/fp8_mma.json"
+  run attn_check 150 python benchmarks/gpu/check_attention.py --quick
+  ab_fp8 STRIXLM_ATTN_FP8_MMA mma1:1 triton1:0 mma2:1 triton2:0
 fi
 if has fp8serve; then  # the server with fp8 KV beside bf16 KV on the same machine
   SERVE_FLAGS="--kv-cache-dtype fp8" SERVE_TAG=_fp8 bash benchmarks/gpu/run_issue3.sh serve

@@ -512,9 +512,16 @@ def paged_attention(
     n_q_blocks = num_seqs if seq_grid else t // block_q + num_seqs
     split = cfg.num_splits > 1
     persistent = cfg.persistent and seq_grid and max_query_len == 1
+    # fp8 decode: the Gluon kernel with explicit register layouts (paged_decode_fp8), whatever
+    # grid the Triton config picked; its q/k prologue runs as its own launch first.
+    mma_fp8 = (
+        kv_cache.dtype == FP8_DTYPE and seq_grid and max_query_len == 1 and config is None
+        and num_splits is None and fp8_mma_supported(q, kv_cache, bs)
+    )  # fmt: skip
     fuse_qk = (
         qk_prologue is not None
         and persistent
+        and not mma_fp8
         and cfg.num_splits == 1
         and FUSED_QK_ENABLED
         and qk_prologue.fusable(q, kv_cache)
@@ -523,6 +530,13 @@ def paged_attention(
         qk_prologue.run(q, kv_cache)
         if k_new is None:
             k_new, v_new = qk_prologue.k, qk_prologue.v
+    if mma_fp8:
+        from strixlm.kernels.paged_decode_fp8 import paged_decode_fp8
+
+        return paged_decode_fp8(
+            q, kv_cache, query_start_loc, seq_lens, block_table, scale, out,
+            max_seq_len=max_seq_len, k_scale=k_scale, v_scale=v_scale, seq_order=seq_order,
+        )  # fmt: skip
     if persistent:
         from strixlm.kernels.paged_decode import paged_decode_persistent
 
@@ -718,6 +732,13 @@ def fresh_rows(
         and k_new.stride() == v_new.stride()
         and k_new.stride(2) == 1
     )
+
+
+def fp8_mma_supported(q: torch.Tensor, kv_cache: torch.Tensor, block_size: int) -> bool:
+    """paged_decode_fp8 can run this fp8 decode batch (sm90, Gluon, its shapes)."""
+    from strixlm.kernels import paged_decode_fp8
+
+    return paged_decode_fp8.supports(q, kv_cache, block_size)
 
 
 def interpreter_active() -> bool:

@@ -1,0 +1,320 @@
+"""Decode attention over an fp8 (e4m3) KV cache with explicit register layouts (Gluon,
+mma.sync on sm80+; the engine takes it on sm90).
+
+Why: the Triton decode kernels read an fp8 cache at ~2.3-2.5 TB/s, about half the
+bandwidth (docs/benchmarks.md, session 37). Triton moves each converted fp8 tile through
+shared memory into the MMA operand layout (cp.async, ld.shared, convert, st.shared, barrier,
+ldmatrix), and that chain, not the bytes, sets its speed. Here every K / V word goes from
+global memory straight into the registers the MMA reads; there is no shared memory at all.
+
+- K is the B operand of S = q K^T. The m16n8k16 fragment gives a thread two adjacent
+  reduction indices (k, k+1), then k+8, k+9. The reduction may run over the head dims in
+  any order as long as q and K agree, so the kernel permutes it: lane t of a quad owns dims
+  32t..32t+31 of its tokens, one contiguous 32-byte run, loaded as words and converted a
+  byte pair at a time (cvt.rn.f16x2.e4m3x2). A reshape and permute of the loaded tile give
+  the permuted order; the layout change after it only renames registers.
+- V is the B operand of O = P V. Its fragment gives a thread two adjacent tokens of one
+  output column. The output columns are permuted instead (column 8j + g of the MMA is head
+  dim 16g + j), so lane g of a quad owns dims 16g..16g+15 of its four tokens: four words a
+  token, converted in pairs of dims, then paired by token in registers.
+- P goes from the S accumulator to the A operand in registers, as in FlashAttention 2.
+
+One warp a (sequence, kv head, segment); the next tile's K / V words are loaded before the
+current tile is used. Rows are the G query heads of the kv head, padded to the MMA's 16.
+Segments (NUM_SEGS > 1) write paged_attention's split-K partials, merged by its merge
+kernel. Gluon has no interpreter: CI compiles the kernel for sm90
+(tests/test_paged_decode_fp8.py) and benchmarks/gpu/check_attention.py checks it against
+torch on the GPU.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+try:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+
+    HAS_GLUON = True
+except ImportError:  # CPU-only installs, or a triton without Gluon
+    HAS_GLUON = False
+
+LOG2E = 1.4426950408889634
+ROWS = 16  # the MMA's M: the G query heads, padded
+TILE = 32  # tokens a loop step (two 16-token blocks); 16 streamed 1.6-2.4 TB/s, 32 2.0-3.9
+# STRIXLM_ATTN_FP8_MMA=0 keeps fp8 decode on the Triton kernels (A/B; read at import).
+ENABLED = os.environ.get("STRIXLM_ATTN_FP8_MMA", "1") == "1"
+
+
+def supports(q: torch.Tensor, kv_cache: torch.Tensor, block_size: int) -> bool:
+    """The shapes the kernel is written for: head dim 128, at most 16 query heads a kv head,
+    16-token blocks, a contiguous cache, on an sm90 GPU with Gluon."""
+    _, hq, d = q.shape
+    hkv = kv_cache.shape[3]
+    return (
+        ENABLED
+        and HAS_GLUON
+        and q.is_cuda
+        and torch.cuda.get_device_capability(q.device)[0] == 9
+        and d == 128
+        and hq % hkv == 0
+        and hq // hkv <= ROWS
+        and block_size == 16
+        and kv_cache.is_contiguous()
+        and q.stride(2) == 1
+    )
+
+
+def layouts(head_dim: int = 128):
+    """(mma, K load, V load) layouts for one warp and a [TILE, head_dim / 4] tile of words."""
+    assert head_dim == 128, head_dim
+    mma = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 1], instr_shape=[16, 8])
+    # K: lane 4g + t holds tokens g + 8r (r over registers) and dims 32t..32t+31.
+    k_ld = gl.BlockedLayout([1, 8], [8, 4], [1, 1], [1, 0])
+    # V: lane 4g + t holds tokens 2t + {0, 1} + 8 {0, 1} + 16 {0, 1} and dims 16g..16g+15.
+    v_ld = gl.DistributedLinearLayout(
+        reg_bases=[[0, 1], [0, 2], [1, 0], [8, 0], [16, 0]],
+        lane_bases=[[2, 0], [4, 0], [0, 4], [0, 8], [0, 16]],
+        warp_bases=[],
+        block_bases=[],
+        shape=[TILE, head_dim // 4],
+    )
+    return mma, k_ld, v_ld
+
+
+if HAS_GLUON:
+    _ROWS = gl.constexpr(ROWS)
+
+    @gluon.jit
+    def _pdl_wait_and_release():
+        # griddepcontrol.wait (the predecessor's writes are visible), then let the successor
+        # start its prologue; the engine's Triton kernels do the same (pdl_prologue).
+        gl.inline_asm_elementwise(
+            "griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
+        )
+        gl.inline_asm_elementwise(
+            "griddepcontrol.launch_dependents; // $0",
+            "=r",
+            [],
+            dtype=gl.int32,
+            is_pure=False,
+            pack=1,
+        )
+
+    @gluon.jit
+    def _perm_dim_of_k(k):
+        # The head dim the MMA's reduction index k stands for: k = 16s + 8h + 2t + e reads
+        # dim 32t + 4s + 2h + e, so quad lane t owns dims 32t..32t+31.
+        return 32 * ((k % 8) // 2) + 4 * (k // 16) + 2 * ((k // 8) % 2) + (k % 2)
+
+    @gluon.jit
+    def _fp8x4_to_f16(w):
+        # [R, C] int32 words of four e4m3 bytes (dim 4c + i in byte i) to [R, 4C] fp16: two
+        # packed converts a word, exact (every e4m3 value is an fp16 value). Loaded as bytes,
+        # LLVM unpacked and repacked each byte pair (~10 instructions a pair).
+        h0, h1, h2, h3 = gl.inline_asm_elementwise(
+            "{ .reg .b16 lo, hi; .reg .b32 a, b; mov.b32 {lo, hi}, $4; "
+            "cvt.rn.f16x2.e4m3x2 a, lo; cvt.rn.f16x2.e4m3x2 b, hi; "
+            "mov.b32 {$0, $1}, a; mov.b32 {$2, $3}, b; }",
+            "=h,=h,=h,=h,r",
+            [w],
+            dtype=(gl.float16, gl.float16, gl.float16, gl.float16),
+            is_pure=True,
+            pack=1,
+        )
+        # join puts its new axis first in registers: dim + 1 must be the lowest register
+        # bit (the byte pair a convert produced), dim + 2 the next.
+        x = gl.join(gl.join(h0, h2), gl.join(h1, h3))  # [R, C, 2 (dim + 2), 2 (dim + 1)]
+        return x.reshape([w.shape[0], 4 * w.shape[1]])
+
+    @gluon.jit
+    def _tile_words(cache_ptr, bt_row_ptr, j, n_tiles, seq_len, tok, offs, stride_cb,
+                    BLOCK_SIZE: gl.constexpr, TILE_: gl.constexpr):  # fmt: skip
+        # Tile j's words; tokens past seq_len read as 0 (stale slots may hold NaN bytes) and
+        # so do their block ids (a clamped tile index keeps the lookups inside the row).
+        pos = gl.minimum(j, gl.maximum(n_tiles - 1, 0)) * TILE_ + tok
+        ok = pos < seq_len
+        blk = gl.load(bt_row_ptr + pos // BLOCK_SIZE, mask=ok, other=0).to(gl.int64)
+        return gl.load(cache_ptr + (blk * stride_cb)[:, None] + offs, mask=ok[:, None], other=0)
+
+    @gluon.jit
+    def _paged_decode_fp8_kernel(
+        out_ptr, q_ptr, k_cache_ptr, v_cache_ptr, block_table_ptr, seq_lens_ptr, qsl_ptr,
+        order_ptr, segm_acc_ptr, segm_max_ptr, segm_sum_ptr, qk_scale, out_scale,
+        stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_cs, stride_bt,
+        NUM_Q_HEADS: gl.constexpr, G: gl.constexpr, D: gl.constexpr,
+        BLOCK_SIZE: gl.constexpr, TILE_: gl.constexpr, NUM_SEGS: gl.constexpr,
+        HAS_ORDER: gl.constexpr, PDL: gl.constexpr,
+        MMA: gl.constexpr, K_LD: gl.constexpr, V_LD: gl.constexpr,
+    ):  # fmt: skip
+        a_op: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
+        b_op: gl.constexpr = gl.DotOperandLayout(1, MMA, 2)
+        row_l: gl.constexpr = gl.SliceLayout(1, MMA)
+        col_l: gl.constexpr = gl.SliceLayout(0, MMA)
+        seq = gl.program_id(0)
+        if HAS_ORDER:  # longest contexts first: the grid's tail is the short ones
+            seq = gl.load(order_ptr + seq)
+        kv_head = gl.program_id(1)
+        seg = gl.program_id(2)
+        if PDL:
+            _pdl_wait_and_release()
+        tok_q = gl.load(qsl_ptr + seq)
+        has_q = gl.load(qsl_ptr + seq + 1) > tok_q  # graph padding: no query, no work
+        seq_len = gl.where(has_q, gl.load(seq_lens_ptr + seq), 0)
+        n_tiles = gl.cdiv(seq_len, TILE_)
+        per_seg = gl.cdiv(n_tiles, NUM_SEGS)
+        lo = seg * per_seg
+        hi = gl.minimum(lo + per_seg, n_tiles)
+
+        # q [ROWS, D] (rows past G are zero), its reduction order permuted like K's.
+        m_a = gl.arange(0, _ROWS, layout=gl.SliceLayout(1, a_op))
+        k_a = gl.arange(0, D, layout=gl.SliceLayout(0, a_op))
+        q_ptrs = (
+            q_ptr + tok_q.to(gl.int64) * stride_qt + (kv_head * G + m_a)[:, None] * stride_qh
+            + _perm_dim_of_k(k_a)[None, :]
+        )  # fmt: skip
+        q = gl.load(q_ptrs, mask=(m_a < G)[:, None] & (hi > lo), other=0.0).to(gl.float16)
+
+        # Offsets of a tile's words within their blocks (loop-invariant), in the load layouts.
+        k_tok = gl.arange(0, TILE_, layout=gl.SliceLayout(1, K_LD))
+        k_word = gl.arange(0, D // 4, layout=gl.SliceLayout(0, K_LD))
+        k_offs = (k_tok % BLOCK_SIZE)[:, None] * stride_cs + kv_head * (D // 4) + k_word[None, :]
+        v_tok = gl.arange(0, TILE_, layout=gl.SliceLayout(1, V_LD))
+        v_word = gl.arange(0, D // 4, layout=gl.SliceLayout(0, V_LD))
+        v_offs = (v_tok % BLOCK_SIZE)[:, None] * stride_cs + kv_head * (D // 4) + v_word[None, :]
+
+        bt_row_ptr = block_table_ptr + seq.to(gl.int64) * stride_bt
+        m_i = gl.full([_ROWS], float("-inf"), gl.float32, row_l)
+        l_i = gl.zeros([_ROWS], gl.float32, row_l)
+        acc = gl.zeros([_ROWS, D], gl.float32, MMA)
+        pos0 = gl.arange(0, TILE_, layout=col_l)
+        kw = _tile_words(k_cache_ptr, bt_row_ptr, lo, n_tiles, seq_len, k_tok, k_offs,
+                         stride_cb, BLOCK_SIZE, TILE_)  # fmt: skip
+        vw = _tile_words(v_cache_ptr, bt_row_ptr, lo, n_tiles, seq_len, v_tok, v_offs,
+                         stride_cb, BLOCK_SIZE, TILE_)  # fmt: skip
+        for j in range(lo, hi):
+            # The next tile's words first, so their loads are in flight while this one runs.
+            kw_n = _tile_words(k_cache_ptr, bt_row_ptr, j + 1, n_tiles, seq_len, k_tok, k_offs,
+                               stride_cb, BLOCK_SIZE, TILE_)  # fmt: skip
+            vw_n = _tile_words(v_cache_ptr, bt_row_ptr, j + 1, n_tiles, seq_len, v_tok, v_offs,
+                               stride_cb, BLOCK_SIZE, TILE_)  # fmt: skip
+            # K^T as the B operand, its reduction order permuted (a register renaming).
+            kf = _fp8x4_to_f16(kw).reshape([TILE_, 4, 8, 2, 2]).permute([2, 3, 1, 4, 0])
+            s = mma_v2(q, gl.convert_layout(kf.reshape([D, TILE_]), b_op),
+                       gl.zeros([_ROWS, TILE_], gl.float32, MMA))  # fmt: skip
+            s = gl.where((j * TILE_ + pos0 < seq_len)[None, :], s * qk_scale, float("-inf"))
+            m_new = gl.maximum(m_i, gl.max(s, axis=1))
+            p = gl.exp2(s - m_new[:, None])
+            alpha = gl.exp2(m_i - m_new)
+            l_i = l_i * alpha + gl.sum(p, axis=1)
+            acc = acc * alpha[:, None]
+            m_i = m_new
+            # V as the B operand, output column 8j + g standing for dim 16g + j.
+            vf = _fp8x4_to_f16(vw).reshape([TILE_, 8, 16]).permute([0, 2, 1]).reshape([TILE_, D])
+            acc = mma_v2(gl.convert_layout(p.to(gl.float16), a_op), gl.convert_layout(vf, b_op),
+                         acc)  # fmt: skip
+            kw = kw_n
+            vw = vw_n
+
+        m_o = gl.arange(0, _ROWS, layout=row_l)
+        n_o = gl.arange(0, D, layout=col_l)
+        dim_o = (16 * (n_o % 8) + n_o // 8)[None, :]  # column n is head dim 16 (n % 8) + n // 8
+        head = kv_head * G + m_o
+        row_ok = (m_o < G) & has_q
+        if NUM_SEGS > 1:  # split-K partials; an empty segment leaves max = -inf, sum 0
+            row = (tok_q.to(gl.int64) * NUM_Q_HEADS + head) * NUM_SEGS + seg
+            gl.store(segm_acc_ptr + row[:, None] * D + dim_o, acc, mask=row_ok[:, None])
+            gl.store(segm_max_ptr + row, m_i, mask=row_ok)
+            gl.store(segm_sum_ptr + row, l_i, mask=row_ok)
+        else:
+            res = acc * (out_scale / l_i)[:, None]
+            o_ptrs = out_ptr + tok_q.to(gl.int64) * stride_ot + head[:, None] * stride_oh + dim_o
+            gl.store(o_ptrs, res.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
+
+
+def launch_paged_decode_fp8(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_table: torch.Tensor,
+    out: torch.Tensor,
+    qk_scale: float,
+    out_scale: float,
+    seq_order: torch.Tensor | None,
+    segm: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
+    num_segs: int,
+    pdl: bool,
+) -> None:
+    """One launch over every (sequence, kv head, segment); qk_scale is in log2 units with the
+    cache's k_scale folded in. segm: the split-K partial buffers (num_segs > 1), which the
+    caller merges. Graph-padding sequences (no query) write nothing."""
+    _, hq, d = q.shape
+    _, _, bs, hkv, _ = kv_cache.shape
+    mma, k_ld, v_ld = layouts(d)
+    words = kv_cache.view(torch.int32)  # four e4m3 bytes a word; strides in words
+    kc, vc = words[0], words[1]
+    sa, sm, ss = segm if segm is not None else (out, out, out)  # unread without a split
+    _paged_decode_fp8_kernel[(seq_lens.shape[0], hkv, num_segs)](
+        out, q, kc, vc, block_table, seq_lens, query_start_loc,
+        seq_order if seq_order is not None else seq_lens, sa, sm, ss, qk_scale, out_scale,
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1), kc.stride(0), kc.stride(1),
+        block_table.stride(0),
+        NUM_Q_HEADS=hq, G=hq // hkv, D=d, BLOCK_SIZE=bs, TILE_=TILE, NUM_SEGS=num_segs,
+        HAS_ORDER=seq_order is not None, PDL=pdl, MMA=mma, K_LD=k_ld, V_LD=v_ld,
+        num_warps=1, launch_pdl=pdl,
+    )  # fmt: skip
+
+
+# Split each sequence into segments until the one-warp programs number at least this many
+# (a provisional rule, swept by benchmarks/gpu/probe_fp8_mma.py); segments keep >= 8 tiles.
+TARGET_PROGRAMS = int(os.environ.get("STRIXLM_ATTN_FP8_MMA_PROGRAMS", "1024"))
+MIN_TILES_PER_SEG = 8
+MAX_SEGS = 16
+
+
+def num_segments(num_seqs: int, num_kv_heads: int, max_seq_len: int) -> int:
+    """Segments a sequence for a batch of num_seqs (host ints; under graph capture
+    max_seq_len is the padded upper bound)."""
+    segs = 1
+    cap = min(MAX_SEGS, max(1, max_seq_len // (MIN_TILES_PER_SEG * TILE)))
+    while segs * 2 <= cap and num_seqs * num_kv_heads * segs < TARGET_PROGRAMS:
+        segs *= 2
+    return segs
+
+
+def paged_decode_fp8(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_table: torch.Tensor,
+    scale: float,
+    out: torch.Tensor,
+    *,
+    max_seq_len: int,
+    k_scale: float,
+    v_scale: float,
+    seq_order: torch.Tensor | None = None,
+    num_segs: int | None = None,
+) -> torch.Tensor:
+    """Decode attention (each sequence 0 or 1 query tokens) of q [T, Hq, D] over an fp8
+    cache, paged_attention's arguments; num_segs None picks by num_segments."""
+    from strixlm.kernels.paged_attention import merge_segments, segment_buffers
+    from strixlm.kernels.pdl import pdl_enabled
+
+    _, hq, d = q.shape
+    hkv = kv_cache.shape[3]
+    segs = num_segs or num_segments(seq_lens.shape[0], hkv, max_seq_len)
+    segm = segment_buffers(q.shape[0], hq, segs, d, q.device) if segs > 1 else None
+    pdl = pdl_enabled(q)
+    launch_paged_decode_fp8(
+        q, kv_cache, query_start_loc, seq_lens, block_table, out,
+        float(scale * k_scale * LOG2E), float(v_scale), seq_order, segm, segs, pdl,
+    )  # fmt: skip
+    if segm is not None:
+        merge_segments(out, *segm, float(v_scale), segs)
+    return out
