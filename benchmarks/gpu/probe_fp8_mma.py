@@ -95,7 +95,7 @@ def probe_shape(name: str, ctxs: list[int], segs_list: list[int]) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--segs", default="1,2,4,8")
+    ap.add_argument("--segs", default="1,2,4,8,16")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     segs = [int(t) for t in args.segs.split(",")]

@@ -516,7 +516,7 @@ def paged_attention(
     # grid the Triton config picked; its q/k prologue runs as its own launch first.
     mma_fp8 = (
         kv_cache.dtype == FP8_DTYPE and seq_grid and max_query_len == 1 and config is None
-        and num_splits is None and fp8_mma_supported(q, kv_cache, bs)
+        and num_splits is None and fp8_mma_supported(q, kv_cache, bs, num_seqs)
     )  # fmt: skip
     fuse_qk = (
         qk_prologue is not None
@@ -734,11 +734,13 @@ def fresh_rows(
     )
 
 
-def fp8_mma_supported(q: torch.Tensor, kv_cache: torch.Tensor, block_size: int) -> bool:
-    """paged_decode_fp8 can run this fp8 decode batch (sm90, Gluon, its shapes)."""
+def fp8_mma_supported(
+    q: torch.Tensor, kv_cache: torch.Tensor, block_size: int, num_seqs: int
+) -> bool:
+    """paged_decode_fp8 takes this fp8 decode batch (sm90, Gluon, its shapes and batches)."""
     from strixlm.kernels import paged_decode_fp8
 
-    return paged_decode_fp8.supports(q, kv_cache, block_size)
+    return paged_decode_fp8.supports(q, kv_cache, block_size, num_seqs)
 
 
 def interpreter_active() -> bool:

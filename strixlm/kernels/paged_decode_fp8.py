@@ -47,15 +47,19 @@ ROWS = 16  # the MMA's M: the G query heads, padded
 TILE = 32  # tokens a loop step (two 16-token blocks); 16 streamed 1.6-2.4 TB/s, 32 2.0-3.9
 # STRIXLM_ATTN_FP8_MMA=0 keeps fp8 decode on the Triton kernels (A/B; read at import).
 ENABLED = os.environ.get("STRIXLM_ATTN_FP8_MMA", "1") == "1"
+# Smaller decode batches stay on the Triton kernels (provisional, swept by probe_fp8_mma.py).
+MIN_SEQS = int(os.environ.get("STRIXLM_ATTN_FP8_MMA_MIN_SEQS", "1"))
 
 
-def supports(q: torch.Tensor, kv_cache: torch.Tensor, block_size: int) -> bool:
+def supports(q: torch.Tensor, kv_cache: torch.Tensor, block_size: int, num_seqs: int) -> bool:
     """The shapes the kernel is written for: head dim 128, at most 16 query heads a kv head,
-    16-token blocks, a contiguous cache, on an sm90 GPU with Gluon."""
+    16-token blocks, a contiguous cache, on an sm90 GPU with Gluon; and batches of at
+    least MIN_SEQS sequences."""
     _, hq, d = q.shape
     hkv = kv_cache.shape[3]
     return (
         ENABLED
+        and num_seqs >= MIN_SEQS
         and HAS_GLUON
         and q.is_cuda
         and torch.cuda.get_device_capability(q.device)[0] == 9
@@ -133,12 +137,15 @@ if HAS_GLUON:
     @gluon.jit
     def _tile_words(cache_ptr, bt_row_ptr, j, n_tiles, seq_len, tok, offs, stride_cb,
                     BLOCK_SIZE: gl.constexpr, TILE_: gl.constexpr):  # fmt: skip
-        # Tile j's words; tokens past seq_len read as 0 (stale slots may hold NaN bytes) and
-        # so do their block ids (a clamped tile index keeps the lookups inside the row).
+        # Tile j's words; tokens past seq_len read as 0 (stale slots may hold NaN bytes).
+        # The block ids are loaded unmasked, their index clamped to the sequence's last
+        # block (or its row's first): masked, those loads made the kernel 1.16-1.31x slower
+        # (H200, b128-b256), the words' addresses waiting on predicated loads.
         pos = gl.minimum(j, gl.maximum(n_tiles - 1, 0)) * TILE_ + tok
-        ok = pos < seq_len
-        blk = gl.load(bt_row_ptr + pos // BLOCK_SIZE, mask=ok, other=0).to(gl.int64)
-        return gl.load(cache_ptr + (blk * stride_cb)[:, None] + offs, mask=ok[:, None], other=0)
+        last_blk = gl.maximum(gl.cdiv(seq_len, BLOCK_SIZE) - 1, 0)
+        blk = gl.load(bt_row_ptr + gl.minimum(pos // BLOCK_SIZE, last_blk)).to(gl.int64)
+        ok = (pos < seq_len)[:, None]
+        return gl.load(cache_ptr + (blk * stride_cb)[:, None] + offs, mask=ok, other=0)
 
     @gluon.jit
     def _paged_decode_fp8_kernel(
@@ -270,9 +277,9 @@ def launch_paged_decode_fp8(
 
 
 # Split each sequence into segments until the one-warp programs number at least this many
-# (a provisional rule, swept by benchmarks/gpu/probe_fp8_mma.py); segments keep >= 8 tiles.
-TARGET_PROGRAMS = int(os.environ.get("STRIXLM_ATTN_FP8_MMA_PROGRAMS", "1024"))
-MIN_TILES_PER_SEG = 8
+# (a provisional rule, swept by benchmarks/gpu/probe_fp8_mma.py); segments keep >= 4 tiles.
+TARGET_PROGRAMS = int(os.environ.get("STRIXLM_ATTN_FP8_MMA_PROGRAMS", "2048"))
+MIN_TILES_PER_SEG = 4
 MAX_SEGS = 16
 
 
