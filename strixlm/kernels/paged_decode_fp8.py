@@ -20,7 +20,14 @@ global memory straight into the registers the MMA reads; there is no shared memo
 - P goes from the S accumulator to the A operand in registers, as in FlashAttention 2.
 
 One warp a (sequence, kv head, segment); the next tile's K / V words are loaded before the
-current tile is used. Rows are the G query heads of the kv head, padded to the MMA's 16.
+current tile is used.
+
+H200 (benchmarks/gpu/probe_fp8_mma.py, session 39), against the Triton fp8 path at the
+workload's decode batches: b256 186.5 vs 229.4 us (3.06 TB/s of fp8), b128 109.2 vs 135.0,
+b64 66.6 vs 87.7, b16 24.0 vs 31.5, b1 8.3 vs 12.2; 273.3 vs 432.5 at b256 x 2048 tokens
+(3.93 TB/s). The standard workload with fp8 KV: 33,594-33,614 tok/s against 30,120-30,156.
+
+Rows are the G query heads of the kv head, padded to the MMA's 16.
 Segments (NUM_SEGS > 1) write paged_attention's split-K partials, merged by its merge
 kernel. Gluon has no interpreter: CI compiles the kernel for sm90
 (tests/test_paged_decode_fp8.py) and benchmarks/gpu/check_attention.py checks it against
@@ -44,10 +51,13 @@ except ImportError:  # CPU-only installs, or a triton without Gluon
 
 LOG2E = 1.4426950408889634
 ROWS = 16  # the MMA's M: the G query heads, padded
-TILE = 32  # tokens a loop step (two 16-token blocks); 16 streamed 1.6-2.4 TB/s, 32 2.0-3.9
+# Tokens a loop step (two 16-token blocks). H200, unsplit, b64-b256: 16-token tiles read
+# 0.97-2.41 TB/s, 32-token tiles 2.05-3.90 (the probe's first version, session 39).
+TILE = 32
 # STRIXLM_ATTN_FP8_MMA=0 keeps fp8 decode on the Triton kernels (A/B; read at import).
 ENABLED = os.environ.get("STRIXLM_ATTN_FP8_MMA", "1") == "1"
-# Smaller decode batches stay on the Triton kernels (provisional, swept by probe_fp8_mma.py).
+# Smaller decode batches stay on the Triton kernels; 1: none do (the kernel, with its
+# segments, was faster at every batch of the sweep, b1-b256). For A/B runs.
 MIN_SEQS = int(os.environ.get("STRIXLM_ATTN_FP8_MMA_MIN_SEQS", "1"))
 
 
@@ -276,8 +286,9 @@ def launch_paged_decode_fp8(
     )  # fmt: skip
 
 
-# Split each sequence into segments until the one-warp programs number at least this many
-# (a provisional rule, swept by benchmarks/gpu/probe_fp8_mma.py); segments keep >= 4 tiles.
+# Split each sequence into segments until the one-warp programs number at least this many;
+# segments keep >= 4 tiles. H200 sweep (probe_fp8_mma.py, 1-16 segments at b1-b256): the
+# pick is the fastest or within 8% of it at every batch (b64: 66.6 us at 4, 61.4 at 2).
 TARGET_PROGRAMS = int(os.environ.get("STRIXLM_ATTN_FP8_MMA_PROGRAMS", "2048"))
 MIN_TILES_PER_SEG = 4
 MAX_SEGS = 16
