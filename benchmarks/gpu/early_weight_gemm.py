@@ -61,22 +61,7 @@ def early_gemm_ref(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 if HAS_GLUON:
-
-    @gluon.jit
-    def _gdc_wait_and_release():
-        # griddepcontrol.wait: the predecessor grid has finished and its writes are visible;
-        # then let this kernel's successor start its own prologue.
-        gl.inline_asm_elementwise(
-            "griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
-        )
-        gl.inline_asm_elementwise(
-            "griddepcontrol.launch_dependents; // $0",
-            "=r",
-            [],
-            dtype=gl.int32,
-            is_pure=False,
-            pack=1,
-        )
+    from strixlm.kernels.pdl import gluon_pdl_prologue as _gdc_wait_and_release
 
     @gluon.constexpr_function
     def _instr_n(block_m, block_n, num_warps):

@@ -45,6 +45,8 @@ try:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
+    from strixlm.kernels.pdl import gluon_pdl_prologue
+
     HAS_GLUON = True
 except ImportError:  # CPU-only installs, or a triton without Gluon
     HAS_GLUON = False
@@ -63,8 +65,8 @@ MIN_SEQS = int(os.environ.get("STRIXLM_ATTN_FP8_MMA_MIN_SEQS", "1"))
 
 def supports(q: torch.Tensor, kv_cache: torch.Tensor, block_size: int, num_seqs: int) -> bool:
     """The shapes the kernel is written for: head dim 128, at most 16 query heads a kv head,
-    16-token blocks, a contiguous cache, on an sm90 GPU with Gluon; and batches of at
-    least MIN_SEQS sequences."""
+    16-token blocks, a contiguous cache, bf16 / fp16 queries, on an sm90 GPU with Gluon;
+    and batches of at least MIN_SEQS sequences."""
     _, hq, d = q.shape
     hkv = kv_cache.shape[3]
     return (
@@ -72,6 +74,7 @@ def supports(q: torch.Tensor, kv_cache: torch.Tensor, block_size: int, num_seqs:
         and num_seqs >= MIN_SEQS
         and HAS_GLUON
         and q.is_cuda
+        and q.dtype in (torch.bfloat16, torch.float16)
         and torch.cuda.get_device_capability(q.device)[0] == 9
         and d == 128
         and hq % hkv == 0
@@ -101,22 +104,6 @@ def layouts(head_dim: int = 128):
 
 if HAS_GLUON:
     _ROWS = gl.constexpr(ROWS)
-
-    @gluon.jit
-    def _pdl_wait_and_release():
-        # griddepcontrol.wait (the predecessor's writes are visible), then let the successor
-        # start its prologue; the engine's Triton kernels do the same (pdl_prologue).
-        gl.inline_asm_elementwise(
-            "griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
-        )
-        gl.inline_asm_elementwise(
-            "griddepcontrol.launch_dependents; // $0",
-            "=r",
-            [],
-            dtype=gl.int32,
-            is_pure=False,
-            pack=1,
-        )
 
     @gluon.jit
     def _perm_dim_of_k(k):
@@ -177,7 +164,7 @@ if HAS_GLUON:
         kv_head = gl.program_id(1)
         seg = gl.program_id(2)
         if PDL:
-            _pdl_wait_and_release()
+            gluon_pdl_prologue()
         tok_q = gl.load(qsl_ptr + seq)
         has_q = gl.load(qsl_ptr + seq + 1) > tok_q  # graph padding: no query, no work
         seq_len = gl.where(has_q, gl.load(seq_lens_ptr + seq), 0)

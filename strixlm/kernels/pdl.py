@@ -28,6 +28,13 @@ if HAS_TRITON:
     import triton
     import triton.language as tl
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+try:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+
+    HAS_GLUON = True
+except ImportError:  # CPU-only installs, or a triton without Gluon
+    HAS_GLUON = False
 
 # STRIXLM_DISABLE_PDL=1 (read at import, like the other A/B knobs): plain launches.
 DISABLED = os.environ.get("STRIXLM_DISABLE_PDL", "0") != "0"
@@ -65,3 +72,22 @@ if HAS_TRITON:
         if PDL:
             gdc_wait()
             gdc_launch_dependents()
+
+
+if HAS_GLUON:
+
+    @gluon.jit
+    def gluon_pdl_prologue():
+        # pdl_prologue for Gluon kernels: griddepcontrol.wait (the predecessor's writes are
+        # visible), then let the successor start its own prologue.
+        gl.inline_asm_elementwise(
+            "griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
+        )
+        gl.inline_asm_elementwise(
+            "griddepcontrol.launch_dependents; // $0",
+            "=r",
+            [],
+            dtype=gl.int32,
+            is_pure=False,
+            pack=1,
+        )
