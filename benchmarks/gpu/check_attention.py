@@ -244,17 +244,25 @@ def capture(fn) -> tuple[Any, torch.Tensor]:
 
 
 def graph_check(
-    num_splits: int | None, b_real: int = 48, b_pad: int = 64, max_len: int = 4096
+    num_splits: int | None,
+    b_real: int = 48,
+    b_pad: int = 64,
+    max_len: int = 4096,
+    fp8: bool = False,
 ) -> dict[str, Any]:
     """Capture write + attention once at padded sizes, replay on two different steps.
 
     48 real decode rows padded to 64 tokens (slot -1) and 64 sequences (zero length), with
     max_seq_len = 4096 as the host upper bound; each step refills the captured tensors.
+    fp8: over an fp8 cache (paged_attention's fp8 decode path, the Gluon kernel on sm90).
     """
     width = max_len // BS
     num_blocks = b_real * width + 8
     bf = DTYPE
     cache = torch.randn((2, num_blocks, BS, HKV, D), device=DEV, dtype=bf)
+    s = FP8_SCALE if fp8 else 1.0
+    if fp8:
+        cache = kvw.quantize_fp8_ref(cache, s)
     q = torch.zeros((b_pad, HQ, D), device=DEV, dtype=bf)
     k = torch.zeros((b_pad, HKV, D), device=DEV, dtype=bf)
     v = torch.zeros_like(k)
@@ -288,7 +296,7 @@ def graph_check(
             x.normal_(generator=gen)
         return lens.tolist()
 
-    be = triton_backend(False, num_splits)
+    be = triton_backend(fp8, num_splits)
     fill(1)
     saved = cache.clone()
     replay, g_out = capture(lambda: be.forward(q, k, v, cache, md))
@@ -298,16 +306,18 @@ def graph_check(
     for seed in (2, 3):
         lens = fill(seed)
         ref_cache = cache.clone()
-        kvw.write_kv_ref(ref_cache, k[:b_real], v[:b_real], slots[:b_real])
+        kvw.write_kv_ref(ref_cache, k[:b_real], v[:b_real], slots[:b_real], s, s)
         replay()
         torch.cuda.synchronize()
-        ref = pa.paged_attention_ref(q[:b_real].float(), ref_cache, [1] * b_real, lens, bt, SCALE)
+        ref = pa.paged_attention_ref(
+            q[:b_real].float(), ref_cache, [1] * b_real, lens, bt, SCALE, s, s
+        )
         err = rel_err(g_out[:b_real], ref)[0]
         steps.append({"rel_err": err, "cache_equal": bool(torch.equal(cache, ref_cache))})
         del ref_cache
     ok = all(r["rel_err"] < REL_TOL and r["cache_equal"] for r in steps)
     t = bench(replay, True) * 1e3
-    return {"num_splits": num_splits, "steps": steps, "ok": ok, "t_replay_us": t}
+    return {"num_splits": num_splits, "fp8": fp8, "steps": steps, "ok": ok, "t_replay_us": t}
 
 
 def sweep(quick: bool, only: str | None = None) -> list[dict[str, Any]]:
@@ -459,10 +469,10 @@ def main() -> int:
             f"  {r['config']}{'' if r['ok'] else '  <-- FAIL'}"
         )
         torch.cuda.empty_cache()
-    for ns in (1, 8, None):
+    for ns, fp8 in ((1, False), (8, False), (None, False), (None, True)):
         try:
-            g = graph_check(ns)
-            print(f"cuda graph (num_splits={ns}): {g}")
+            g = graph_check(ns, fp8=fp8)
+            print(f"cuda graph (num_splits={ns}{', fp8' if fp8 else ''}): {g}")
         except Exception as e:
             traceback.print_exc()
             g = {"num_splits": ns, "ok": False, "error": f"{type(e).__name__}: {e}"}
