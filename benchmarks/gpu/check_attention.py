@@ -36,6 +36,7 @@ from triton.testing import do_bench  # noqa: E402
 
 from strixlm.kernels import kv_write as kvw  # noqa: E402
 from strixlm.kernels import paged_attention as pa  # noqa: E402
+from strixlm.kernels import paged_decode_fp8 as pdf8  # noqa: E402
 from strixlm.layers.attention.metadata import AttentionMetadata  # noqa: E402
 from strixlm.layers.attention.torch_paged import TorchPagedAttention  # noqa: E402
 from strixlm.layers.attention.triton_paged import TritonPagedAttention  # noqa: E402
@@ -191,6 +192,9 @@ def run_case(case: Case, quick: bool) -> dict[str, Any]:
         HQ, HKV, D, len(case.rows), md.max_query_len, md.max_seq_len, pa.num_sms(q.device)
     )
     res: dict[str, Any] = {"case": case.name, "config": str(cfg)}
+    if fp8 and md.max_query_len == 1 and pa.fp8_mma_supported(q, cache, BS, len(case.rows)):
+        segs = pdf8.num_segments(len(case.rows), HKV, md.max_seq_len)
+        res["config"] = f"paged_decode_fp8 (Gluon), {segs} segment(s)"
     tri_cache = cache.clone()
     out = triton_backend(fp8).forward(q, k, v, tri_cache, md)
     torch.cuda.synchronize()
