@@ -26,9 +26,10 @@ ptr = dict(out_ptr="*bf16", q_ptr="*bf16", k_cache_ptr="*i32", v_cache_ptr="*i32
            block_table_ptr="*i32", seq_lens_ptr="*i32", qsl_ptr="*i32", order_ptr="*i32",
            segm_acc_ptr="*fp32", segm_max_ptr="*fp32", segm_sum_ptr="*fp32")
 ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
-for segs, order, pdl in ((1, True, True), (8, True, True), (1, False, False)):
+for segs, order, pdl, dec in ((1, True, True, False), (8, True, True, False),
+                              (1, False, False, False), (1, False, True, True)):
     c = dict(NUM_Q_HEADS=16, G=2, D=128, BLOCK_SIZE=16, TILE_=f.TILE, NUM_SEGS=segs,
-             HAS_ORDER=order, PDL=pdl, MMA=mma, K_LD=k_ld, V_LD=v_ld)
+             HAS_ORDER=order, PDL=pdl, MMA=mma, K_LD=k_ld, V_LD=v_ld, DECODES_ONLY=dec)
     names = K.arg_names
     sig = {n: "constexpr" if n in c else ptr.get(n, "fp32" if n.endswith("scale") else "i32")
            for n in names}

@@ -291,6 +291,45 @@ def test_fp8_steps_read_their_new_rows_unquantized(monkeypatch, dtype, cfg):
         assert torch.equal(be.forward(b.q, b.k, b.v, b.kv_cache.clone(), b.md), fresh)
 
 
+def test_fp8_mixed_split_leaves_decodes_to_the_decode_kernel(monkeypatch):
+    """With the mixed-step split on, paged_attention hands a mixed fp8 step's decodes to
+    paged_decode_fp8 (decodes_only) and the unified kernel skips them: the prompt and chunk
+    rows match the reference, the decode rows keep what the decode kernel wrote. The Gluon
+    kernel has no interpreter; a recorder takes its place here, and the GPU probe
+    (bench_fp8_decode.py --split-mixed) checks the two launches together."""
+    from strixlm.kernels import paged_decode_fp8 as pdf8
+
+    b = Batch(LONG, 4, 2, 32, 4, torch.float16, cache_dtype=kvw.FP8_DTYPE, seed=12)
+    ks, vs = 0.02, 0.05
+    cache = b.kv_cache.clone()
+    kvw.write_kv(cache, b.k, b.v, b.slots, ks, vs)
+    ref_be = TorchPagedAttention(b.hq, b.hkv, b.d, b.d**-0.5)
+    ref = ref_be.forward(
+        b.q.float(), b.k[:0], b.v[:0], kvw.dequantize_cache(cache, ks, vs), _no_write(b.md)
+    )
+    calls = []
+
+    def decode_kernel(q, kv_cache, qsl, seq_lens, bt, scale, out, **kw):
+        calls.append(kw)
+        out.fill_(7.0)  # every row: the unified kernel must overwrite all but the decodes
+
+    monkeypatch.setattr(pa, "fp8_mixed_split", lambda *a: True)
+    monkeypatch.setattr(pdf8, "paged_decode_fp8", decode_kernel)
+    monkeypatch.setattr(pa, "FP8_FRESH_ENABLED", False)  # the reference reads the cache
+    out = pa.paged_attention(
+        b.q, cache, b.md.query_start_loc, b.md.seq_lens, b.block_table, b.d**-0.5,
+        max_query_len=b.md.max_query_len, max_seq_len=b.md.max_seq_len, k_scale=ks,
+        v_scale=vs,
+    )  # fmt: skip
+    assert len(calls) == 1 and calls[0]["decodes_only"]
+    qsl = b.md.query_start_loc_cpu
+    decode_rows = [qsl[i] for i, n in enumerate(b.md.query_lens_cpu) if n == 1]
+    other = [r for r in range(b.md.num_tokens) if r not in decode_rows]
+    assert decode_rows and other
+    assert torch.all(out[decode_rows] == 7.0)
+    assert rel_err(out[other], ref[other])[0] < TOL[torch.float16]
+
+
 @pytest.mark.parametrize(
     "cfg",
     [
@@ -421,7 +460,8 @@ def build(fn, sig, consts, warps, stages=1):
     opts = dict(num_warps=warps, num_stages=stages)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
 
-def attn(dt, cache_dt, cfg, seq_grid, has_order, early=False, ahead=True, fresh=False):
+def attn(dt, cache_dt, cfg, seq_grid, has_order, early=False, ahead=True, fresh=False,
+         skip_decodes=False):
     sig = dict(out_ptr=f"*{dt}", q_ptr=f"*{dt}", k_cache_ptr=f"*{cache_dt}",
                v_cache_ptr=f"*{cache_dt}", block_table_ptr="*i32", seq_lens_ptr="*i32",
                qsl_ptr="*i32", order_ptr="*i32", segm_acc_ptr="*fp32", segm_max_ptr="*fp32",
@@ -433,7 +473,7 @@ def attn(dt, cache_dt, cfg, seq_grid, has_order, early=False, ahead=True, fresh=
              BLOCK_M=cfg.block_m, BLOCK_Q=cfg.block_m // 2, NUM_SEGS=cfg.num_splits,
              SPLIT=cfg.num_splits > 1, IEEE=False, K_ROWS=cfg.k_rows, SEQ_GRID=seq_grid,
              HAS_ORDER=has_order, FP8_PAIRS=cache_dt == "fp8e4nv", PDL=has_order or early,
-             EARLY=early, AHEAD=ahead, FRESH=fresh)
+             EARLY=early, AHEAD=ahead, FRESH=fresh, SKIP_DECODES=skip_decodes)
     k = build(pa._paged_attn_kernel, sig, c, cfg.num_warps, cfg.num_stages)
     ptx = k.asm["ptx"]
     # AHEAD (block ids a tile ahead) double-buffers K / V at the decode config's 3 stages.
@@ -451,6 +491,8 @@ attn("bf16", "bf16", pa.select_config(16, 8, 128, 256, 1, 2048, 132), True, True
 attn("bf16", "bf16", pa.select_config(16, 8, 128, 1, 2048, 2048, 132), False, False)
 attn("fp16", "fp8e4nv", pa.select_config(16, 8, 128, 1, 2048, 2048, 132), False, False)
 attn("bf16", "fp8e4nv", pa.select_config(16, 8, 128, 64, 512, 4096, 132), False, False, fresh=True)
+attn("bf16", "fp8e4nv", pa.select_config(16, 8, 128, 64, 512, 4096, 132), False, False, fresh=True,
+     skip_decodes=True)
 attn("bf16", "bf16", pa.select_config(16, 8, 128, 256, 1, 2048, 132), True, True, early=True)
 attn("bf16", "bf16", pa.select_config(16, 8, 128, 1, 2048, 2048, 132), False, False, early=True)
 sig = dict(out_ptr="*bf16", segm_acc_ptr="*fp32", segm_max_ptr="*fp32", segm_sum_ptr="*fp32",

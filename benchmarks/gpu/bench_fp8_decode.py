@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 from check_attention import (  # noqa: E402
     ADMISSION_ROWS,
+    BS,
     DTYPE,
     HKV,
     HQ,
@@ -46,6 +47,7 @@ from sweep_decode_attn import SHAPES, SPLIT_SHAPES, _spread  # noqa: E402
 from strixlm.kernels import kv_write as kvw  # noqa: E402
 from strixlm.kernels import paged_attention as pa  # noqa: E402
 from strixlm.kernels import paged_decode as pdk  # noqa: E402
+from strixlm.kernels import paged_decode_fp8 as pdf8  # noqa: E402
 
 # (name, byte pairs, tile, warps, stages); None keeps the heuristic's value. "default"
 # is the engine's own choice; "nopairs" reads the fp8 tiles through Triton's conversion.
@@ -260,10 +262,30 @@ def split_mixed(name: str, rows: list[tuple[int, int]], caches=(DTYPE, kvw.FP8_D
         line += (f"\n  {label:>4}: one launch {one:7.1f} us, decodes + prompts {two:7.1f}"
                  f" (decodes alone {dec_only:6.1f}), x{one / two:.3f}; rel err {err:.1e}"
                  f"{'' if ok else ' FAIL'}")  # fmt: skip
+        if fp8 and pdf8.supports(q, cache, BS, len(rows)):  # the last subset's q, cache
+            line += in_graph_split(rows, dt, one, res[label])
         calls = whole = decodes = prompts = None
         torch.cuda.empty_cache()
     print(line, flush=True)
     return res
+
+
+def in_graph_split(rows: list[tuple[int, int]], dt: torch.dtype, one: float, res: dict) -> str:
+    """The whole step through paged_attention with the mixed-step split on
+    (STRIXLM_ATTN_FP8_MIXED_SPLIT): the decodes on the Gluon kernel, the rest on the unified
+    kernel skipping them, both over the whole batch as a mixed-step graph runs them."""
+    pdf8.MIXED_SPLIT = True
+    try:
+        q, _, _, cache, md = make_batch(rows, dt)
+        fn = attn_call(q, cache, md, True)
+        err = rel_err(fn()[: md.num_tokens], batch_reference(q, cache, md))[0]
+        t = graph_time_us(fn, calls=28)
+    finally:
+        pdf8.MIXED_SPLIT = False
+    ok = err < REL_TOL
+    res.update(split_us=t, split_rel_err=err, ok=res["ok"] and ok)
+    return (f"\n        split on the device (both over the whole batch): {t:7.1f} us,"
+            f" x{one / t:.3f} vs one launch; rel err {err:.1e}{'' if ok else ' FAIL'}")  # fmt: skip
 
 
 # --fresh: steps with prompts or chunks (the unified kernel) over an fp8 cache, with the

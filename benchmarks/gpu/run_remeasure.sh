@@ -76,6 +76,9 @@
 #   fp8fresh check_attention --quick (fp8 prompts and chunks read their own K / V unquantized),
 #           the fp8 workload with STRIXLM_ATTN_FP8_FRESH=1 / 0, alternating
 #   fp8serve online serving with fp8 KV, then with bf16 KV, one fresh server each
+#   fp8mixsplit mixed steps over fp8 split on the device (STRIXLM_ATTN_FP8_MIXED_SPLIT,
+#           opt-in): bench_fp8_decode --split-mixed (now also the in-graph split), the fp8
+#           workload with it on / off alternating, then an fp8 server with it on and one off
 #   fp8mma  fp8 decode attention on the Gluon kernel (paged_decode_fp8): probe_fp8_mma.py's
 #           segment sweep, check_attention --quick, then the fp8 workload with it on / off
 #           (STRIXLM_ATTN_FP8_MMA=1 / 0), alternating
@@ -439,6 +442,14 @@ if has fp8mma; then  # fp8 decode attention with explicit register layouts (Gluo
   run fp8_mma 300 python benchmarks/gpu/probe_fp8_mma.py --json "$OUT/fp8_mma.json"
   run attn_check 150 python benchmarks/gpu/check_attention.py --quick
   ab_fp8 STRIXLM_ATTN_FP8_MMA mma1:1 triton1:0 mma2:1 triton2:0
+fi
+if has fp8mixsplit; then  # a mixed step's decodes on the Gluon kernel, on the device
+  run fp8_mixed 200 python benchmarks/gpu/bench_fp8_decode.py --split-mixed \
+    --json "$OUT/fp8_mixed.json"
+  ab_fp8 STRIXLM_ATTN_FP8_MIXED_SPLIT split1:1 one1:0 split2:1 one2:0
+  STRIXLM_ATTN_FP8_MIXED_SPLIT=1 SERVE_FLAGS="--kv-cache-dtype fp8" SERVE_TAG=_fp8_split \
+    bash benchmarks/gpu/run_issue3.sh serve
+  SERVE_FLAGS="--kv-cache-dtype fp8" SERVE_TAG=_fp8 bash benchmarks/gpu/run_issue3.sh serve
 fi
 if has fp8serve; then  # the server with fp8 KV beside bf16 KV on the same machine
   SERVE_FLAGS="--kv-cache-dtype fp8" SERVE_TAG=_fp8 bash benchmarks/gpu/run_issue3.sh serve

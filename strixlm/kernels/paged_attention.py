@@ -281,6 +281,7 @@ if HAS_TRITON:
         EARLY: tl.constexpr = False,
         AHEAD: tl.constexpr = False,
         FRESH: tl.constexpr = False,
+        SKIP_DECODES: tl.constexpr = False,
     ):
         # FRESH (unsplit launches only): each sequence's new tokens are read from the step's
         # K / V rows (k_new_ptr / v_new_ptr, [T, Hkv, D]) and only its cached prefix from the
@@ -312,6 +313,9 @@ if HAS_TRITON:
             local = q_block - (q_start // BLOCK_Q + seq)
             if local * BLOCK_Q >= q_len:
                 return
+            if SKIP_DECODES:  # a mixed step's decodes are another launch's
+                if q_len == 1:
+                    return
         seq_len = tl.load(seq_lens_ptr + seq)
         ctx_len = seq_len - q_len
         if EARLY:
@@ -518,6 +522,11 @@ def paged_attention(
         kv_cache.dtype == FP8_DTYPE and seq_grid and max_query_len == 1 and config is None
         and num_splits is None and fp8_mma_supported(q, kv_cache, bs, num_seqs)
     )  # fmt: skip
+    # Mixed steps over fp8: their decodes on that kernel first, the rest on the unified one.
+    mixed_fp8 = (
+        kv_cache.dtype == FP8_DTYPE and not seq_grid and not split and config is None
+        and num_splits is None and fp8_mixed_split(q, kv_cache, bs, num_seqs)
+    )  # fmt: skip
     fuse_qk = (
         qk_prologue is not None
         and persistent
@@ -546,6 +555,13 @@ def paged_attention(
             num_stages=cfg.num_stages, k_rows=cfg.k_rows, sms=num_sms(q.device),
             k_scale=k_scale, v_scale=v_scale, seq_order=seq_order, num_segs=cfg.num_splits,
             qk=qk_prologue if fuse_qk else None,
+        )  # fmt: skip
+    if mixed_fp8:
+        from strixlm.kernels.paged_decode_fp8 import paged_decode_fp8
+
+        paged_decode_fp8(
+            q, kv_cache, query_start_loc, seq_lens, block_table, scale, out,
+            max_seq_len=max_seq_len, k_scale=k_scale, v_scale=v_scale, decodes_only=True,
         )  # fmt: skip
     if kv_cache.dtype != FP8_DTYPE:
         k_scale = v_scale = 1.0
@@ -599,6 +615,7 @@ def paged_attention(
         EARLY=pdl and EARLY_LOADS,
         AHEAD=UNIFIED_AHEAD,
         FRESH=fresh,
+        SKIP_DECODES=mixed_fp8,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         launch_pdl=pdl,
@@ -731,6 +748,17 @@ def fresh_rows(
         and k_new.shape == v_new.shape == (q.shape[0], kv_cache.shape[3], q.shape[2])
         and k_new.stride() == v_new.stride()
         and k_new.stride(2) == 1
+    )
+
+
+def fp8_mixed_split(
+    q: torch.Tensor, kv_cache: torch.Tensor, block_size: int, num_seqs: int
+) -> bool:
+    """A mixed fp8 step's decodes go to paged_decode_fp8 (opt-in: MIXED_SPLIT)."""
+    from strixlm.kernels import paged_decode_fp8
+
+    return paged_decode_fp8.MIXED_SPLIT and paged_decode_fp8.supports(
+        q, kv_cache, block_size, num_seqs
     )
 
 

@@ -58,6 +58,12 @@ ROWS = 16  # the MMA's M: the G query heads, padded
 TILE = 32
 # STRIXLM_ATTN_FP8_MMA=0 keeps fp8 decode on the Triton kernels (A/B; read at import).
 ENABLED = os.environ.get("STRIXLM_ATTN_FP8_MMA", "1") == "1"
+# Mixed steps (prompts or chunks beside decodes) over fp8 run their decodes here and the rest
+# on the unified kernel, which skips one-query sequences: two launches, split on the device,
+# so a mixed-step graph captured with upper bounds serves any mix. Opt-in until measured on
+# the GPU: STRIXLM_ATTN_FP8_MIXED_SPLIT=1 (read at import). The probe it rests on (session
+# 39, Triton decode kernels): two launches 8-12% faster than one over fp8.
+MIXED_SPLIT = os.environ.get("STRIXLM_ATTN_FP8_MIXED_SPLIT", "0") == "1"
 # Smaller decode batches stay on the Triton kernels; 1: none do (the kernel, with its
 # segments, was faster at every batch of the sweep, b1-b256). For A/B runs.
 MIN_SEQS = int(os.environ.get("STRIXLM_ATTN_FP8_MMA_MIN_SEQS", "1"))
@@ -153,7 +159,10 @@ if HAS_GLUON:
         BLOCK_SIZE: gl.constexpr, TILE_: gl.constexpr, NUM_SEGS: gl.constexpr,
         HAS_ORDER: gl.constexpr, PDL: gl.constexpr,
         MMA: gl.constexpr, K_LD: gl.constexpr, V_LD: gl.constexpr,
+        DECODES_ONLY: gl.constexpr = False,
     ):  # fmt: skip
+        # DECODES_ONLY: a mixed step's launch; sequences with more than one query (prompts,
+        # chunks) are left to the unified kernel, which skips the one-query ones.
         a_op: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
         b_op: gl.constexpr = gl.DotOperandLayout(1, MMA, 2)
         row_l: gl.constexpr = gl.SliceLayout(1, MMA)
@@ -166,7 +175,10 @@ if HAS_GLUON:
         if PDL:
             gluon_pdl_prologue()
         tok_q = gl.load(qsl_ptr + seq)
-        has_q = gl.load(qsl_ptr + seq + 1) > tok_q  # graph padding: no query, no work
+        if DECODES_ONLY:
+            has_q = gl.load(qsl_ptr + seq + 1) - tok_q == 1
+        else:
+            has_q = gl.load(qsl_ptr + seq + 1) > tok_q  # graph padding: no query, no work
         seq_len = gl.where(has_q, gl.load(seq_lens_ptr + seq), 0)
         n_tiles = gl.cdiv(seq_len, TILE_)
         per_seg = gl.cdiv(n_tiles, NUM_SEGS)
@@ -252,10 +264,12 @@ def launch_paged_decode_fp8(
     segm: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
     num_segs: int,
     pdl: bool,
+    decodes_only: bool = False,
 ) -> None:
     """One launch over every (sequence, kv head, segment); qk_scale is in log2 units with the
     cache's k_scale folded in. segm: the split-K partial buffers (num_segs > 1), which the
-    caller merges. Graph-padding sequences (no query) write nothing."""
+    caller merges. Graph-padding sequences (no query) write nothing; decodes_only: nor do
+    sequences with more than one query."""
     _, hq, d = q.shape
     _, _, bs, hkv, _ = kv_cache.shape
     mma, k_ld, v_ld = layouts(d)
@@ -269,7 +283,7 @@ def launch_paged_decode_fp8(
         block_table.stride(0),
         NUM_Q_HEADS=hq, G=hq // hkv, D=d, BLOCK_SIZE=bs, TILE_=TILE, NUM_SEGS=num_segs,
         HAS_ORDER=seq_order is not None, PDL=pdl, MMA=mma, K_LD=k_ld, V_LD=v_ld,
-        num_warps=1, launch_pdl=pdl,
+        DECODES_ONLY=decodes_only, num_warps=1, launch_pdl=pdl,
     )  # fmt: skip
 
 
@@ -305,20 +319,25 @@ def paged_decode_fp8(
     v_scale: float,
     seq_order: torch.Tensor | None = None,
     num_segs: int | None = None,
+    decodes_only: bool = False,
 ) -> torch.Tensor:
     """Decode attention (each sequence 0 or 1 query tokens) of q [T, Hq, D] over an fp8
-    cache, paged_attention's arguments; num_segs None picks by num_segments."""
+    cache, paged_attention's arguments; num_segs None picks by num_segments. decodes_only:
+    any batch; only the one-query sequences' rows are written (a mixed step's decodes)."""
     from strixlm.kernels.paged_attention import merge_segments, segment_buffers
     from strixlm.kernels.pdl import pdl_enabled
 
     _, hq, d = q.shape
     hkv = kv_cache.shape[3]
-    segs = num_segs or num_segments(seq_lens.shape[0], hkv, max_seq_len)
+    # A mixed step's decodes run unsplit: the merge kernel would cover every token row of
+    # the step (prompts included) and the partials would be sized by them.
+    segs = num_segs or (1 if decodes_only else num_segments(seq_lens.shape[0], hkv, max_seq_len))
     segm = segment_buffers(q.shape[0], hq, segs, d, q.device) if segs > 1 else None
     pdl = pdl_enabled(q)
     launch_paged_decode_fp8(
         q, kv_cache, query_start_loc, seq_lens, block_table, out,
         float(scale * k_scale * LOG2E), float(v_scale), seq_order, segm, segs, pdl,
+        decodes_only,
     )  # fmt: skip
     if segm is not None:
         merge_segments(out, *segm, float(v_scale), segs)
