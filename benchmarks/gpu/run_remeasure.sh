@@ -76,6 +76,9 @@
 #   fp8fresh check_attention --quick (fp8 prompts and chunks read their own K / V unquantized),
 #           the fp8 workload with STRIXLM_ATTN_FP8_FRESH=1 / 0, alternating
 #   fp8serve online serving with fp8 KV, then with bf16 KV, one fresh server each
+#   clampids block ids of masked KV tiles loaded unmasked, index clamped (STRIXLM_ATTN_CLAMP_IDS,
+#           opt-in; bf16 and fp8 Triton kernels): check_attention --quick with it on, then
+#           the bf16 workload on / off alternating after a warm-up
 #   fp8mixsplit mixed steps over fp8 split on the device (STRIXLM_ATTN_FP8_MIXED_SPLIT,
 #           opt-in): bench_fp8_decode --split-mixed (now also the in-graph split), the fp8
 #           workload with it on / off alternating, then an fp8 server with it on and one off
@@ -442,6 +445,11 @@ if has fp8mma; then  # fp8 decode attention with explicit register layouts (Gluo
   run fp8_mma 300 python benchmarks/gpu/probe_fp8_mma.py --json "$OUT/fp8_mma.json"
   run attn_check 150 python benchmarks/gpu/check_attention.py --quick
   ab_fp8 STRIXLM_ATTN_FP8_MMA mma1:1 triton1:0 mma2:1 triton2:0
+fi
+if has clampids; then  # the Gluon kernel's masked-id finding, tried on the Triton kernels
+  (export STRIXLM_ATTN_CLAMP_IDS=1; run attn_check_clamp 150 python benchmarks/gpu/check_attention.py --quick)
+  run tp_warm 100 $TP --model qwen3-0.6b
+  ab_tp STRIXLM_ATTN_CLAMP_IDS tp_clamp on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
 fi
 if has fp8mixsplit; then  # a mixed step's decodes on the Gluon kernel, on the device
   run fp8_mixed 200 python benchmarks/gpu/bench_fp8_decode.py --split-mixed \

@@ -9,11 +9,21 @@ table, fp8 caches read as byte pairs) or, for a step's own new tokens, from cont
 
 from __future__ import annotations
 
+import os
+
 from strixlm.kernels.kv_write import HAS_TRITON
+
+# Masked tiles' block ids loaded unmasked, their index clamped to the last block in range
+# (the K / V loads past it stay masked). In the Gluon fp8 decode kernel, masking those loads
+# made it 1.16-1.31x slower (session 39); whether Triton's pipelined loops pay the same is
+# unmeasured, so it is opt-in: STRIXLM_ATTN_CLAMP_IDS=1 (read at import).
+CLAMP_IDS = os.environ.get("STRIXLM_ATTN_CLAMP_IDS", "0") == "1"
 
 if HAS_TRITON:
     import triton
     import triton.language as tl
+
+    _CLAMP_IDS = tl.constexpr(CLAMP_IDS)
 
     @triton.jit
     def _fp8_compute_dtype(q, k_cache_ptr):
@@ -53,9 +63,13 @@ if HAS_TRITON:
     @triton.jit
     def tile_blocks(bt_row_ptr, j, kv_end, offs_t, BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr,
                     MASKED: tl.constexpr):  # fmt: skip
-        # The cache block of each token of KV tile j (int64; 0 past kv_end when MASKED).
+        # The cache block of each token of KV tile j (int64). MASKED: past kv_end, 0 (or,
+        # with _CLAMP_IDS, the last block in range); those tokens' K / V are never read.
         pos = j * TILE + offs_t
         if MASKED:
+            if _CLAMP_IDS:
+                last = tl.maximum(tl.cdiv(kv_end, BLOCK_SIZE) - 1, 0)
+                return tl.load(bt_row_ptr + tl.minimum(pos // BLOCK_SIZE, last)).to(tl.int64)
             return tl.load(bt_row_ptr + pos // BLOCK_SIZE, mask=pos < kv_end, other=0).to(tl.int64)
         return tl.load(bt_row_ptr + pos // BLOCK_SIZE).to(tl.int64)
 
