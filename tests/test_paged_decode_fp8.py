@@ -21,15 +21,19 @@ from triton.experimental.gluon._runtime import GluonASTSource
 import strixlm.kernels.paged_decode_fp8 as f
 
 K = f._paged_decode_fp8_kernel
-mma, k_ld, v_ld = f.layouts()
-ptr = dict(out_ptr="*bf16", q_ptr="*bf16", k_cache_ptr="*i32", v_cache_ptr="*i32",
-           block_table_ptr="*i32", seq_lens_ptr="*i32", qsl_ptr="*i32", order_ptr="*i32",
-           segm_acc_ptr="*fp32", segm_max_ptr="*fp32", segm_sum_ptr="*fp32")
 ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
-for segs, order, pdl, dec in ((1, True, True, False), (8, True, True, False),
-                              (1, False, False, False), (1, False, True, True)):
-    c = dict(NUM_Q_HEADS=16, G=2, D=128, BLOCK_SIZE=16, TILE_=f.TILE, NUM_SEGS=segs,
-             HAS_ORDER=order, PDL=pdl, MMA=mma, K_LD=k_ld, V_LD=v_ld, DECODES_ONLY=dec)
+for segs, order, pdl, dec, fp8 in ((1, True, True, False, True), (8, True, True, False, True),
+                                   (1, False, False, False, True), (1, False, True, True, True),
+                                   (4, True, True, False, False)):  # the last: bf16 cache
+    tile = f.TILE if fp8 else 16
+    mma, k_ld, v_ld = f.layouts(128, fp8, tile)
+    cache = "*i32" if fp8 else "*bf16"
+    ptr = dict(out_ptr="*bf16", q_ptr="*bf16", k_cache_ptr=cache, v_cache_ptr=cache,
+               block_table_ptr="*i32", seq_lens_ptr="*i32", qsl_ptr="*i32", order_ptr="*i32",
+               segm_acc_ptr="*fp32", segm_max_ptr="*fp32", segm_sum_ptr="*fp32")
+    c = dict(NUM_Q_HEADS=16, G=2, D=128, BLOCK_SIZE=16, TILE_=tile, NUM_SEGS=segs,
+             HAS_ORDER=order, PDL=pdl, MMA=mma, K_LD=k_ld, V_LD=v_ld, DECODES_ONLY=dec,
+             FP8=fp8, COLS=32 if fp8 else 128)
     names = K.arg_names
     sig = {n: "constexpr" if n in c else ptr.get(n, "fp32" if n.endswith("scale") else "i32")
            for n in names}
@@ -39,8 +43,9 @@ for segs, order, pdl, dec in ((1, True, True, False), (8, True, True, False),
                        options=dict(num_warps=1))
     ptx = k.asm["ptx"].split(".section\t.debug")[0]
     assert k.metadata.shared == 0 and "ld.shared" not in ptx, (segs, k.metadata.shared)
-    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx
-    assert ptx.count("cvt.rn.f16x2.e4m3x2") >= 64  # a tile's K and V, a byte pair each
+    dt = "f16" if fp8 else "bf16"
+    assert f"mma.sync.aligned.m16n8k16.row.col.f32.{dt}.{dt}.f32" in ptx
+    assert ptx.count("cvt.rn.f16x2.e4m3x2") >= (64 if fp8 else 0)  # a byte pair each
     assert ptx.count("ld.global.v4.b32") >= 16  # 16-byte word loads: K and V, two tiles
     assert ("griddepcontrol.wait" in ptx) == pdl
     if os.path.exists(ptxas):

@@ -1,7 +1,7 @@
 """Probe: fp8 decode attention with explicit register layouts (the Gluon kernel of
 strixlm/kernels/paged_decode_fp8.py) against the Triton decode paths, over fp8 and bf16.
 
-    python benchmarks/gpu/probe_fp8_mma.py [--segs 1,2,4,8] [--json PATH]
+    python benchmarks/gpu/probe_fp8_mma.py [--segs 1,2,4,8,16] [--bf16] [--json PATH]
 
 At each shape (the workload's mid-run decode batches, contexts spread like its own, and
 smaller ones) the probe checks the Gluon kernel against the fp32 reference over the
@@ -10,7 +10,8 @@ dequantized cache, then times, as CUDA-graph replays of 28 launches (a step's la
   values (the heuristic config: the persistent grid, its fp8 grid and splits);
 - the Gluon kernel, longest sequences first, at each segment count and at the count
   num_segments picks (the engine's path).
-The read rate is the fp8 cache bytes a launch must read over its time.
+The read rate is the fp8 cache bytes a launch must read over its time. --bf16 runs the
+same kernel over a bf16 cache (16-token tiles) against the Triton bf16 path instead.
 """
 
 from __future__ import annotations
@@ -93,14 +94,49 @@ def probe_shape(name: str, ctxs: list[int], segs_list: list[int]) -> dict:
     return res
 
 
+def probe_bf16(name: str, ctxs: list[int], segs_list: list[int]) -> dict:
+    """--bf16: the same kernel over a bf16 cache (16-token tiles, no conversion) against
+    the Triton decode path over the same cache: does the register-layout kernel also beat
+    Triton where nothing needs converting?"""
+    rows, order, _, _, _ = decode_shape(ctxs, fp8=False)
+    q, _, _, cache, md = make_batch(rows, DTYPE)
+    nbytes = sum(ctxs) * cache.shape[3] * cache.shape[4] * 2 * 2
+    res: dict = {"shape": name, "bf16_bytes": nbytes}
+    res["triton_bf16_us"] = tb = graph_time_us(attn_call(q, cache, md, False, seq_order=order), 28)
+    ref = batch_reference(q, cache, md)
+    line = f"{name}: triton bf16 {tb:7.1f} us ({nbytes / tb / 1e6:.2f} TB/s)"
+    out = torch.empty_like(q)
+    for segs in segs_list:
+
+        def fn(segs=segs, cache=cache):
+            return pdf8.paged_decode_fp8(
+                q, cache, md.query_start_loc, md.seq_lens, md.block_table, SCALE, out,
+                max_seq_len=md.max_seq_len, k_scale=1.0, v_scale=1.0, seq_order=order,
+                num_segs=segs, tile=16,
+            )  # fmt: skip
+
+        err = rel_err(fn(), ref)[0]
+        t = graph_time_us(fn, calls=28)
+        ok = err < REL_TOL
+        res[f"gluon_bf16_segs{segs}"] = dict(us=t, rel_err=err, ok=ok, tb_s=nbytes / t / 1e6)
+        line += (f"\n  gluon bf16, {segs} segment(s): {t:7.1f} us ({nbytes / t / 1e6:.2f} TB/s),"
+                 f" x{tb / t:.3f} vs triton; rel err {err:.1e}{'' if ok else ' FAIL'}")  # fmt: skip
+    print(line, flush=True)
+    del cache, fn
+    torch.cuda.empty_cache()
+    return res
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--segs", default="1,2,4,8,16")
+    ap.add_argument("--bf16", action="store_true", help="the kernel over a bf16 cache")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     segs = [int(t) for t in args.segs.split(",")]
     print(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__}))
-    results = [probe_shape(name, ctxs, segs) for name, ctxs in PROBE_SHAPES]
+    probe = probe_bf16 if args.bf16 else probe_shape
+    results = [probe(name, ctxs, segs) for name, ctxs in PROBE_SHAPES]
     bad = [(r["shape"], k) for r in results for k, x in r.items()
            if isinstance(x, dict) and not x["ok"]]  # fmt: skip
     print("ALL OK" if not bad else f"FAILED: {bad}")

@@ -76,6 +76,8 @@
 #   fp8fresh check_attention --quick (fp8 prompts and chunks read their own K / V unquantized),
 #           the fp8 workload with STRIXLM_ATTN_FP8_FRESH=1 / 0, alternating
 #   fp8serve online serving with fp8 KV, then with bf16 KV, one fresh server each
+#   bf16mma the Gluon decode kernel over a bf16 cache (probe_fp8_mma.py --bf16) against the
+#           Triton bf16 path, 1-16 segments at b1-b256: a bf16 lever only if it wins
 #   clampids block ids of masked KV tiles loaded unmasked, index clamped (STRIXLM_ATTN_CLAMP_IDS,
 #           opt-in; bf16 and fp8 Triton kernels): check_attention --quick with it on, then
 #           the bf16 workload on / off alternating after a warm-up
@@ -445,6 +447,9 @@ if has fp8mma; then  # fp8 decode attention with explicit register layouts (Gluo
   run fp8_mma 300 python benchmarks/gpu/probe_fp8_mma.py --json "$OUT/fp8_mma.json"
   run attn_check 150 python benchmarks/gpu/check_attention.py --quick
   ab_fp8 STRIXLM_ATTN_FP8_MMA mma1:1 triton1:0 mma2:1 triton2:0
+fi
+if has bf16mma; then  # explicit register layouts without the fp8 conversion
+  run bf16_mma 300 python benchmarks/gpu/probe_fp8_mma.py --bf16 --json "$OUT/bf16_mma.json"
 fi
 if has clampids; then  # the Gluon kernel's masked-id finding, tried on the Triton kernels
   (export STRIXLM_ATTN_CLAMP_IDS=1; run attn_check_clamp 150 python benchmarks/gpu/check_attention.py --quick)

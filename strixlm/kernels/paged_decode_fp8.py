@@ -27,7 +27,9 @@ workload's decode batches: b256 186.5 vs 229.4 us (3.06 TB/s of fp8), b128 109.2
 b64 66.6 vs 87.7, b16 24.0 vs 31.5, b1 8.3 vs 12.2; 273.3 vs 432.5 at b256 x 2048 tokens
 (3.93 TB/s). The standard workload with fp8 KV: 33,594-33,614 tok/s against 30,120-30,156.
 
-Rows are the G query heads of the kv head, padded to the MMA's 16.
+Rows are the G query heads of the kv head, padded to the MMA's 16. The same kernel runs
+over a 16-bit cache (FP8=False, 16-token tiles, no conversion) for the probe's bf16
+comparison (probe_fp8_mma.py --bf16); the engine takes it for fp8 caches only.
 Segments (NUM_SEGS > 1) write paged_attention's split-K partials, merged by its merge
 kernel. Gluon has no interpreter: CI compiles the kernel for sm90
 (tests/test_paged_decode_fp8.py) and benchmarks/gpu/check_attention.py checks it against
@@ -91,19 +93,24 @@ def supports(q: torch.Tensor, kv_cache: torch.Tensor, block_size: int, num_seqs:
     )
 
 
-def layouts(head_dim: int = 128):
-    """(mma, K load, V load) layouts for one warp and a [TILE, head_dim / 4] tile of words."""
-    assert head_dim == 128, head_dim
+def layouts(head_dim: int = 128, fp8: bool = True, tile: int = TILE):
+    """(mma, K load, V load) layouts for one warp and a tile of `tile` tokens: over fp8,
+    [tile, head_dim / 4] int32 words (four dims each); over a 16-bit cache (the probe's
+    bf16 variant), [tile, head_dim] elements."""
+    assert head_dim == 128 and tile in (16, 32), (head_dim, tile)
+    per = 4 if fp8 else 1  # dims a loaded element holds
     mma = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 1], instr_shape=[16, 8])
     # K: lane 4g + t holds tokens g + 8r (r over registers) and dims 32t..32t+31.
-    k_ld = gl.BlockedLayout([1, 8], [8, 4], [1, 1], [1, 0])
-    # V: lane 4g + t holds tokens 2t + {0, 1} + 8 {0, 1} + 16 {0, 1} and dims 16g..16g+15.
+    k_ld = gl.BlockedLayout([1, 32 // per], [8, 4], [1, 1], [1, 0])
+    # V: lane 4g + t holds tokens 2t + {0, 1} + 8 {0, 1} (+ 16) and dims 16g..16g+15.
+    dims = [[0, 1 << i] for i in range((16 // per).bit_length() - 1)]
+    toks = [[1, 0], [8, 0]] + ([[16, 0]] if tile == 32 else [])
     v_ld = gl.DistributedLinearLayout(
-        reg_bases=[[0, 1], [0, 2], [1, 0], [8, 0], [16, 0]],
-        lane_bases=[[2, 0], [4, 0], [0, 4], [0, 8], [0, 16]],
+        reg_bases=dims + toks,
+        lane_bases=[[2, 0], [4, 0], [0, 16 // per], [0, 32 // per], [0, 64 // per]],
         warp_bases=[],
         block_bases=[],
-        shape=[TILE, head_dim // 4],
+        shape=[tile, head_dim // per],
     )
     return mma, k_ld, v_ld
 
@@ -159,10 +166,13 @@ if HAS_GLUON:
         BLOCK_SIZE: gl.constexpr, TILE_: gl.constexpr, NUM_SEGS: gl.constexpr,
         HAS_ORDER: gl.constexpr, PDL: gl.constexpr,
         MMA: gl.constexpr, K_LD: gl.constexpr, V_LD: gl.constexpr,
-        DECODES_ONLY: gl.constexpr = False,
+        DECODES_ONLY: gl.constexpr = False, FP8: gl.constexpr = True, COLS: gl.constexpr = 32,
     ):  # fmt: skip
         # DECODES_ONLY: a mixed step's launch; sequences with more than one query (prompts,
-        # chunks) are left to the unified kernel, which skips the one-query ones.
+        # chunks) are left to the unified kernel, which skips the one-query ones. FP8: the
+        # cache as int32 words of four e4m3 dims, computed in fp16; else a 16-bit cache in
+        # its own dtype (the probe's bf16 variant; the engine takes this kernel for fp8).
+        # COLS: loaded elements a token row of one kv head (D / 4 words, or D).
         a_op: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
         b_op: gl.constexpr = gl.DotOperandLayout(1, MMA, 2)
         row_l: gl.constexpr = gl.SliceLayout(1, MMA)
@@ -192,15 +202,17 @@ if HAS_GLUON:
             q_ptr + tok_q.to(gl.int64) * stride_qt + (kv_head * G + m_a)[:, None] * stride_qh
             + _perm_dim_of_k(k_a)[None, :]
         )  # fmt: skip
-        q = gl.load(q_ptrs, mask=(m_a < G)[:, None] & (hi > lo), other=0.0).to(gl.float16)
+        q = gl.load(q_ptrs, mask=(m_a < G)[:, None] & (hi > lo), other=0.0)
+        if FP8:
+            q = q.to(gl.float16)
 
         # Offsets of a tile's words within their blocks (loop-invariant), in the load layouts.
         k_tok = gl.arange(0, TILE_, layout=gl.SliceLayout(1, K_LD))
-        k_word = gl.arange(0, D // 4, layout=gl.SliceLayout(0, K_LD))
-        k_offs = (k_tok % BLOCK_SIZE)[:, None] * stride_cs + kv_head * (D // 4) + k_word[None, :]
+        k_word = gl.arange(0, COLS, layout=gl.SliceLayout(0, K_LD))
+        k_offs = (k_tok % BLOCK_SIZE)[:, None] * stride_cs + kv_head * COLS + k_word[None, :]
         v_tok = gl.arange(0, TILE_, layout=gl.SliceLayout(1, V_LD))
-        v_word = gl.arange(0, D // 4, layout=gl.SliceLayout(0, V_LD))
-        v_offs = (v_tok % BLOCK_SIZE)[:, None] * stride_cs + kv_head * (D // 4) + v_word[None, :]
+        v_word = gl.arange(0, COLS, layout=gl.SliceLayout(0, V_LD))
+        v_offs = (v_tok % BLOCK_SIZE)[:, None] * stride_cs + kv_head * COLS + v_word[None, :]
 
         bt_row_ptr = block_table_ptr + seq.to(gl.int64) * stride_bt
         m_i = gl.full([_ROWS], float("-inf"), gl.float32, row_l)
@@ -218,7 +230,11 @@ if HAS_GLUON:
             vw_n = _tile_words(v_cache_ptr, bt_row_ptr, j + 1, n_tiles, seq_len, v_tok, v_offs,
                                stride_cb, BLOCK_SIZE, TILE_)  # fmt: skip
             # K^T as the B operand, its reduction order permuted (a register renaming).
-            kf = _fp8x4_to_f16(kw).reshape([TILE_, 4, 8, 2, 2]).permute([2, 3, 1, 4, 0])
+            if FP8:
+                kf = _fp8x4_to_f16(kw)
+            else:
+                kf = kw
+            kf = kf.reshape([TILE_, 4, 8, 2, 2]).permute([2, 3, 1, 4, 0])
             s = mma_v2(q, gl.convert_layout(kf.reshape([D, TILE_]), b_op),
                        gl.zeros([_ROWS, TILE_], gl.float32, MMA))  # fmt: skip
             s = gl.where((j * TILE_ + pos0 < seq_len)[None, :], s * qk_scale, float("-inf"))
@@ -229,8 +245,12 @@ if HAS_GLUON:
             acc = acc * alpha[:, None]
             m_i = m_new
             # V as the B operand, output column 8j + g standing for dim 16g + j.
-            vf = _fp8x4_to_f16(vw).reshape([TILE_, 8, 16]).permute([0, 2, 1]).reshape([TILE_, D])
-            acc = mma_v2(gl.convert_layout(p.to(gl.float16), a_op), gl.convert_layout(vf, b_op),
+            if FP8:
+                vf = _fp8x4_to_f16(vw)
+            else:
+                vf = vw
+            vf = vf.reshape([TILE_, 8, 16]).permute([0, 2, 1]).reshape([TILE_, D])
+            acc = mma_v2(gl.convert_layout(p.to(vf.dtype), a_op), gl.convert_layout(vf, b_op),
                          acc)  # fmt: skip
             kw = kw_n
             vw = vw_n
@@ -265,25 +285,29 @@ def launch_paged_decode_fp8(
     num_segs: int,
     pdl: bool,
     decodes_only: bool = False,
+    tile: int = TILE,
 ) -> None:
     """One launch over every (sequence, kv head, segment); qk_scale is in log2 units with the
     cache's k_scale folded in. segm: the split-K partial buffers (num_segs > 1), which the
     caller merges. Graph-padding sequences (no query) write nothing; decodes_only: nor do
-    sequences with more than one query."""
+    sequences with more than one query. A 16-bit cache (the probe's bf16 variant) takes
+    tile 16: 32-token tiles of it would not fit the registers."""
     _, hq, d = q.shape
     _, _, bs, hkv, _ = kv_cache.shape
-    mma, k_ld, v_ld = layouts(d)
-    words = kv_cache.view(torch.int32)  # four e4m3 bytes a word; strides in words
-    kc, vc = words[0], words[1]
+    fp8 = kv_cache.dtype.itemsize == 1
+    mma, k_ld, v_ld = layouts(d, fp8, tile)
+    # fp8: four e4m3 bytes a word, strides in words; a 16-bit cache as it is.
+    kc, vc = kv_cache.view(torch.int32) if fp8 else kv_cache
     sa, sm, ss = segm if segm is not None else (out, out, out)  # unread without a split
     _paged_decode_fp8_kernel[(seq_lens.shape[0], hkv, num_segs)](
         out, q, kc, vc, block_table, seq_lens, query_start_loc,
         seq_order if seq_order is not None else seq_lens, sa, sm, ss, qk_scale, out_scale,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), kc.stride(0), kc.stride(1),
         block_table.stride(0),
-        NUM_Q_HEADS=hq, G=hq // hkv, D=d, BLOCK_SIZE=bs, TILE_=TILE, NUM_SEGS=num_segs,
+        NUM_Q_HEADS=hq, G=hq // hkv, D=d, BLOCK_SIZE=bs, TILE_=tile, NUM_SEGS=num_segs,
         HAS_ORDER=seq_order is not None, PDL=pdl, MMA=mma, K_LD=k_ld, V_LD=v_ld,
-        DECODES_ONLY=decodes_only, num_warps=1, launch_pdl=pdl,
+        DECODES_ONLY=decodes_only, FP8=fp8, COLS=d // 4 if fp8 else d, num_warps=1,
+        launch_pdl=pdl,
     )  # fmt: skip
 
 
@@ -320,10 +344,12 @@ def paged_decode_fp8(
     seq_order: torch.Tensor | None = None,
     num_segs: int | None = None,
     decodes_only: bool = False,
+    tile: int = TILE,
 ) -> torch.Tensor:
     """Decode attention (each sequence 0 or 1 query tokens) of q [T, Hq, D] over an fp8
     cache, paged_attention's arguments; num_segs None picks by num_segments. decodes_only:
-    any batch; only the one-query sequences' rows are written (a mixed step's decodes)."""
+    any batch; only the one-query sequences' rows are written (a mixed step's decodes).
+    tile: launch_paged_decode_fp8's (16 for a 16-bit cache, the probe's variant)."""
     from strixlm.kernels.paged_attention import merge_segments, segment_buffers
     from strixlm.kernels.pdl import pdl_enabled
 
@@ -337,7 +363,7 @@ def paged_decode_fp8(
     launch_paged_decode_fp8(
         q, kv_cache, query_start_loc, seq_lens, block_table, out,
         float(scale * k_scale * LOG2E), float(v_scale), seq_order, segm, segs, pdl,
-        decodes_only,
+        decodes_only, tile,
     )  # fmt: skip
     if segm is not None:
         merge_segments(out, *segm, float(v_scale), segs)
