@@ -52,6 +52,34 @@ PROBE_SHAPES = (
 )
 
 
+def sweep_segments(q, cache, md, order, segs_list, base_us: float, nbytes: int, res: dict,
+                   picked: int = 0) -> str:  # fmt: skip
+    """The Gluon kernel at each segment count (longest first), checked against the fp32
+    reference over the (dequantized) cache, then timed; its lines for the report."""
+    fp8 = cache.dtype == kvw.FP8_DTYPE
+    s = cache_scale(cache)
+    ref = batch_reference(q, cache, md)
+    out = torch.empty_like(q)
+    lines = ""
+    for segs in segs_list:
+
+        def fn(segs=segs):
+            return pdf8.paged_decode_fp8(
+                q, cache, md.query_start_loc, md.seq_lens, md.block_table, SCALE, out,
+                max_seq_len=md.max_seq_len, k_scale=s, v_scale=s, seq_order=order,
+                num_segs=segs, tile=pdf8.TILE if fp8 else 16,
+            )  # fmt: skip
+
+        err = rel_err(fn(), ref)[0]
+        t = graph_time_us(fn, calls=28)
+        ok = err < REL_TOL
+        res[f"gluon_segs{segs}"] = dict(us=t, rel_err=err, ok=ok, tb_s=nbytes / t / 1e6)
+        lines += (f"\n  gluon, {segs} segment(s){' (picked)' if segs == picked else ''}:"
+                  f" {t:7.1f} us ({nbytes / t / 1e6:.2f} TB/s), x{base_us / t:.3f} vs triton;"
+                  f" rel err {err:.1e}{'' if ok else ' FAIL'}")  # fmt: skip
+    return lines
+
+
 def probe_shape(name: str, ctxs: list[int], segs_list: list[int]) -> dict:
     rows, order, _, heur, fp8_bytes = decode_shape(ctxs)
     res: dict = {"shape": name, "triton_fp8_config": str(heur), "fp8_bytes": fp8_bytes}
@@ -63,33 +91,18 @@ def probe_shape(name: str, ctxs: list[int], segs_list: list[int]) -> dict:
     pdf8.ENABLED = False  # the Triton kernels' fp8 path
     res["triton_fp8_us"] = t8 = graph_time_us(attn_call(q, cache8, md, True, seq_order=order), 28)
     pdf8.ENABLED = True
-    ref = batch_reference(q, cache8, md)
-    s = cache_scale(cache8)
     picked = pdf8.num_segments(len(ctxs), cache8.shape[3], md.max_seq_len)
     line = (f"{name}: triton bf16 {res['triton_bf16_us']:7.1f} us, triton fp8 {t8:7.1f}"
             f" ({fp8_bytes / t8 / 1e6:.2f} TB/s); num_segments picks {picked}")  # fmt: skip
-    out = torch.empty_like(q)
-    for segs in sorted(set(segs_list) | {picked}):
-
-        def fn(segs=segs, cache=cache8):
-            return pdf8.paged_decode_fp8(
-                q, cache, md.query_start_loc, md.seq_lens, md.block_table, SCALE, out,
-                max_seq_len=md.max_seq_len, k_scale=s, v_scale=s, seq_order=order, num_segs=segs,
-            )  # fmt: skip
-
-        err = rel_err(fn(), ref)[0]
-        t = graph_time_us(fn, calls=28)
-        ok = err < REL_TOL
-        res[f"gluon_segs{segs}"] = dict(us=t, rel_err=err, ok=ok, tb_s=fp8_bytes / t / 1e6)
-        line += (f"\n  gluon, {segs} segment(s){' (picked)' if segs == picked else ''}:"
-                 f" {t:7.1f} us ({fp8_bytes / t / 1e6:.2f} TB/s), x{t8 / t:.3f} vs triton fp8,"
-                 f" x{res['triton_bf16_us'] / t:.3f} vs bf16; rel err {err:.1e}"
-                 f"{'' if ok else ' FAIL'}")  # fmt: skip
+    segs = sorted(set(segs_list) | {picked})
+    line += sweep_segments(q, cache8, md, order, segs, t8, fp8_bytes, res, picked)
     # The engine's own dispatch (paged_attention over fp8 decode) takes this kernel.
-    err = rel_err(attn_call(q, cache8, md, True, seq_order=order)(), ref)[0]
+    err = rel_err(
+        attn_call(q, cache8, md, True, seq_order=order)(), batch_reference(q, cache8, md)
+    )[0]
     res["engine_dispatch"] = dict(rel_err=err, ok=err < REL_TOL)
     print(line, flush=True)
-    del cache8, fn
+    del cache8
     torch.cuda.empty_cache()
     return res
 
@@ -98,31 +111,14 @@ def probe_bf16(name: str, ctxs: list[int], segs_list: list[int]) -> dict:
     """--bf16: the same kernel over a bf16 cache (16-token tiles, no conversion) against
     the Triton decode path over the same cache: does the register-layout kernel also beat
     Triton where nothing needs converting?"""
-    rows, order, _, _, _ = decode_shape(ctxs, fp8=False)
+    rows, order, _, _, fp8_bytes = decode_shape(ctxs, fp8=False)
     q, _, _, cache, md = make_batch(rows, DTYPE)
-    nbytes = sum(ctxs) * cache.shape[3] * cache.shape[4] * 2 * 2
-    res: dict = {"shape": name, "bf16_bytes": nbytes}
+    res: dict = {"shape": name, "bf16_bytes": 2 * fp8_bytes}
     res["triton_bf16_us"] = tb = graph_time_us(attn_call(q, cache, md, False, seq_order=order), 28)
-    ref = batch_reference(q, cache, md)
-    line = f"{name}: triton bf16 {tb:7.1f} us ({nbytes / tb / 1e6:.2f} TB/s)"
-    out = torch.empty_like(q)
-    for segs in segs_list:
-
-        def fn(segs=segs, cache=cache):
-            return pdf8.paged_decode_fp8(
-                q, cache, md.query_start_loc, md.seq_lens, md.block_table, SCALE, out,
-                max_seq_len=md.max_seq_len, k_scale=1.0, v_scale=1.0, seq_order=order,
-                num_segs=segs, tile=16,
-            )  # fmt: skip
-
-        err = rel_err(fn(), ref)[0]
-        t = graph_time_us(fn, calls=28)
-        ok = err < REL_TOL
-        res[f"gluon_bf16_segs{segs}"] = dict(us=t, rel_err=err, ok=ok, tb_s=nbytes / t / 1e6)
-        line += (f"\n  gluon bf16, {segs} segment(s): {t:7.1f} us ({nbytes / t / 1e6:.2f} TB/s),"
-                 f" x{tb / t:.3f} vs triton; rel err {err:.1e}{'' if ok else ' FAIL'}")  # fmt: skip
+    line = f"{name}: triton bf16 {tb:7.1f} us ({2 * fp8_bytes / tb / 1e6:.2f} TB/s)"
+    line += sweep_segments(q, cache, md, order, segs_list, tb, 2 * fp8_bytes, res)
     print(line, flush=True)
-    del cache, fn
+    del cache
     torch.cuda.empty_cache()
     return res
 
