@@ -57,8 +57,9 @@ FP8_SCALE = 0.01  # randn / 0.01 ~ +-400: uses the e4m3 range
 
 
 class Case:
-    def __init__(self, name: str, rows: list[tuple[int, int]], cache_dtype=None):
+    def __init__(self, name: str, rows: list[tuple[int, int]], cache_dtype=None, gluon=True):
         self.name, self.rows, self.cache_dtype = name, rows, cache_dtype or DTYPE
+        self.gluon = gluon  # False: fp8 decode on the Triton kernels (paged_decode_fp8 off)
 
 
 def make_batch(rows, cache_dtype, seed=0, pad_tokens=0, pad_seqs=0, max_seq_len=None):
@@ -185,6 +186,15 @@ def sdpa_peer(rows, q, quick: bool) -> tuple[float | None, str]:
 
 
 def run_case(case: Case, quick: bool) -> dict[str, Any]:
+    enabled = pdf8.ENABLED
+    pdf8.ENABLED = enabled and case.gluon
+    try:
+        return _run_case(case, quick)
+    finally:
+        pdf8.ENABLED = enabled
+
+
+def _run_case(case: Case, quick: bool) -> dict[str, Any]:
     fp8 = case.cache_dtype == kvw.FP8_DTYPE
     q, k, v, cache, md = make_batch(case.rows, case.cache_dtype)
     t = md.num_tokens
@@ -410,6 +420,9 @@ def cases(quick: bool) -> list[Case]:
             cs.append(Case(f"decode b{b} ctx{ctx}", [(ctx - 1, 1)] * b))
     cs.append(Case("decode b64 ctx2048 fp8", [(2047, 1)] * 64, kvw.FP8_DTYPE))
     cs.append(Case("decode b1 ctx8192 fp8", [(8191, 1)], kvw.FP8_DTYPE))
+    # The Triton fp8 decode kernels, still the path off sm90 or with STRIXLM_ATTN_FP8_MMA=0.
+    cs.append(Case("decode b64 ctx2048 fp8 triton", [(2047, 1)] * 64, kvw.FP8_DTYPE, False))
+    cs.append(Case("decode b1 ctx8192 fp8 triton", [(8191, 1)], kvw.FP8_DTYPE, False))
     cs.append(Case("prefill 2048", [(0, 2048)]))
     cs.append(Case("prefill 4x512", [(0, 512)] * 4))
     cs.append(Case("chunk 512 @ ctx 1536", [(1536, 512)]))
