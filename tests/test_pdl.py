@@ -10,7 +10,7 @@ from aot_compile import assert_compiles
 
 pytest.importorskip("triton", reason="triton is not installed")
 
-from strixlm.kernels import pdl  # noqa: E402
+from strixlm.kernels import dispatch, pdl  # noqa: E402
 
 
 class _CudaTensor:
@@ -25,11 +25,14 @@ class _CudaTensor:
     [(9, False, True), (10, False, True), (8, False, False), (9, True, False)],
 )
 def test_pdl_on_for_sm90_cuda_tensors_unless_disabled(monkeypatch, major, disabled, want):
-    monkeypatch.setattr(pdl, "_CAPABILITY", {})
+    dispatch._cuda_capability_major.cache_clear()  # the faked major, not a cached one
     monkeypatch.setattr(pdl, "DISABLED", disabled)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda idx: (major, 0))
-    assert pdl.pdl_enabled(_CudaTensor()) is want
-    assert not pdl.pdl_enabled(torch.zeros(1))  # CPU tensors never
+    try:
+        assert pdl.pdl_enabled(_CudaTensor()) is want
+        assert not pdl.pdl_enabled(torch.zeros(1))  # CPU tensors never
+    finally:
+        dispatch._cuda_capability_major.cache_clear()
 
 
 AOT = r"""

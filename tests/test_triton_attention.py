@@ -313,7 +313,8 @@ def test_fp8_mixed_split_leaves_decodes_to_the_decode_kernel(monkeypatch):
         calls.append(kw)
         out.fill_(7.0)  # every row: the unified kernel must overwrite all but the decodes
 
-    monkeypatch.setattr(pa, "fp8_mixed_split", lambda *a: True)
+    monkeypatch.setattr(pdf8, "MIXED_SPLIT", True)
+    monkeypatch.setattr(pdf8, "supports", lambda *a: True)  # the Gluon kernel's gate
     monkeypatch.setattr(pdf8, "paged_decode_fp8", decode_kernel)
     monkeypatch.setattr(pa, "FP8_FRESH_ENABLED", False)  # the reference reads the cache
     out = pa.paged_attention(

@@ -202,7 +202,7 @@ def _run_case(case: Case, quick: bool) -> dict[str, Any]:
         HQ, HKV, D, len(case.rows), md.max_query_len, md.max_seq_len, pa.num_sms(q.device)
     )
     res: dict[str, Any] = {"case": case.name, "config": str(cfg)}
-    if fp8 and md.max_query_len == 1 and pa.fp8_mma_supported(q, cache, BS, len(case.rows)):
+    if fp8 and md.max_query_len == 1 and pdf8.supports(q, cache, BS, len(case.rows)):
         segs = pdf8.num_segments(len(case.rows), HKV, md.max_seq_len)
         res["config"] = f"paged_decode_fp8 (Gluon), {segs} segment(s)"
     tri_cache = cache.clone()

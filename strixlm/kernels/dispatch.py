@@ -31,6 +31,18 @@ def sm_count(device: torch.device) -> int:
     return _cuda_sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
+@functools.cache
+def _cuda_capability_major(index: int) -> int:
+    return torch.cuda.get_device_capability(index)[0]
+
+
+def capability_major(device: torch.device) -> int:
+    """The compute capability's major version of a CUDA device (cached per device)."""
+    return _cuda_capability_major(
+        device.index if device.index is not None else torch.cuda.current_device()
+    )
+
+
 def persistent_sms(device: torch.device) -> int:
     """SMs a persistent kernel's grid is sized by (a few programs an SM); 3 off CUDA (the
     interpreter), so tests walk several tiles per program."""

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from strixlm.kernels import paged_decode_fp8 as fp8_mma
 from strixlm.kernels.dispatch import sm_count
 from strixlm.kernels.env_knobs import env_float, env_int
 from strixlm.kernels.kv_write import FP8_DTYPE, HAS_TRITON
@@ -520,12 +521,13 @@ def paged_attention(
     # grid the Triton config picked; its q/k prologue runs as its own launch first.
     mma_fp8 = (
         kv_cache.dtype == FP8_DTYPE and seq_grid and max_query_len == 1 and config is None
-        and num_splits is None and fp8_mma_supported(q, kv_cache, bs, num_seqs)
+        and num_splits is None and fp8_mma.supports(q, kv_cache, bs, num_seqs)
     )  # fmt: skip
     # Mixed steps over fp8: their decodes on that kernel first, the rest on the unified one.
     mixed_fp8 = (
         kv_cache.dtype == FP8_DTYPE and not seq_grid and not split and config is None
-        and num_splits is None and fp8_mixed_split(q, kv_cache, bs, num_seqs)
+        and num_splits is None and fp8_mma.MIXED_SPLIT
+        and fp8_mma.supports(q, kv_cache, bs, num_seqs)
     )  # fmt: skip
     fuse_qk = (
         qk_prologue is not None
@@ -540,9 +542,7 @@ def paged_attention(
         if k_new is None:
             k_new, v_new = qk_prologue.k, qk_prologue.v
     if mma_fp8:
-        from strixlm.kernels.paged_decode_fp8 import paged_decode_fp8
-
-        return paged_decode_fp8(
+        return fp8_mma.paged_decode_fp8(
             q, kv_cache, query_start_loc, seq_lens, block_table, scale, out,
             max_seq_len=max_seq_len, k_scale=k_scale, v_scale=v_scale, seq_order=seq_order,
         )  # fmt: skip
@@ -557,9 +557,7 @@ def paged_attention(
             qk=qk_prologue if fuse_qk else None,
         )  # fmt: skip
     if mixed_fp8:
-        from strixlm.kernels.paged_decode_fp8 import paged_decode_fp8
-
-        paged_decode_fp8(
+        fp8_mma.paged_decode_fp8(
             q, kv_cache, query_start_loc, seq_lens, block_table, scale, out,
             max_seq_len=max_seq_len, k_scale=k_scale, v_scale=v_scale, decodes_only=True,
         )  # fmt: skip
@@ -749,26 +747,6 @@ def fresh_rows(
         and k_new.stride() == v_new.stride()
         and k_new.stride(2) == 1
     )
-
-
-def fp8_mixed_split(
-    q: torch.Tensor, kv_cache: torch.Tensor, block_size: int, num_seqs: int
-) -> bool:
-    """A mixed fp8 step's decodes go to paged_decode_fp8 (opt-in: MIXED_SPLIT)."""
-    from strixlm.kernels import paged_decode_fp8
-
-    return paged_decode_fp8.MIXED_SPLIT and paged_decode_fp8.supports(
-        q, kv_cache, block_size, num_seqs
-    )
-
-
-def fp8_mma_supported(
-    q: torch.Tensor, kv_cache: torch.Tensor, block_size: int, num_seqs: int
-) -> bool:
-    """paged_decode_fp8 takes this fp8 decode batch (sm90, Gluon, its shapes and batches)."""
-    from strixlm.kernels import paged_decode_fp8
-
-    return paged_decode_fp8.supports(q, kv_cache, block_size, num_seqs)
 
 
 def interpreter_active() -> bool:

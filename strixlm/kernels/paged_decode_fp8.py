@@ -42,6 +42,8 @@ import os
 
 import torch
 
+from strixlm.kernels.dispatch import capability_major
+
 try:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
@@ -83,7 +85,7 @@ def supports(q: torch.Tensor, kv_cache: torch.Tensor, block_size: int, num_seqs:
         and HAS_GLUON
         and q.is_cuda
         and q.dtype in (torch.bfloat16, torch.float16)
-        and torch.cuda.get_device_capability(q.device)[0] == 9
+        and capability_major(q.device) == 9
         and d == 128
         and hq % hkv == 0
         and hq // hkv <= ROWS

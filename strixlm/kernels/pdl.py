@@ -22,7 +22,7 @@ import os
 
 import torch
 
-from strixlm.kernels.dispatch import HAS_TRITON
+from strixlm.kernels.dispatch import HAS_TRITON, capability_major
 
 if HAS_TRITON:
     import triton
@@ -52,17 +52,13 @@ EARLY_LOADS = os.environ.get("STRIXLM_PDL_EARLY_LOADS", "1") != "0"
 # H200, standard workload, three alternating pairs (session 22): +0.29%.
 # STRIXLM_PDL_EARLY_RESIDUAL=0 loads it after the wait (A/B runs; read at import).
 EARLY_RESIDUAL = os.environ.get("STRIXLM_PDL_EARLY_RESIDUAL", "1") != "0"
-_CAPABILITY: dict[int, int] = {}
 
 
 def pdl_enabled(x: torch.Tensor) -> bool:
     """Launch x's kernels with PDL: a CUDA tensor on an sm90+ device, unless disabled."""
     if DISABLED or not (x.is_cuda and HAS_TRITON):
         return False
-    idx = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    if idx not in _CAPABILITY:
-        _CAPABILITY[idx] = torch.cuda.get_device_capability(idx)[0]
-    return _CAPABILITY[idx] >= 9
+    return capability_major(x.device) >= 9
 
 
 if HAS_TRITON:
