@@ -512,11 +512,13 @@ def test_fp8_batches_split_in_two_below_two_items_a_six_grid_program(monkeypatch
 
 @pytest.mark.parametrize("segs", [1, 2])
 def test_clamped_block_ids_change_no_value(monkeypatch, segs):
-    """STRIXLM_ATTN_CLAMP_IDS: masked tiles' block ids are loaded unmasked, their index
-    clamped to the last block in range. The unified and persistent kernels give the same
-    output as with masked id loads, over partial tiles, split segments and padded rows."""
+    """STRIXLM_ATTN_CLAMP_IDS (the default): masked tiles' block ids are loaded unmasked,
+    their index clamped to the last block in range. The unified and persistent kernels give
+    the same output as with masked id loads, over partial tiles, split segments and padded
+    rows."""
     from strixlm.kernels import attn_tiles
 
+    monkeypatch.setattr(attn_tiles, "_CLAMP_IDS", triton.language.constexpr(False))
     b = Batch(ROWS, 4, 2, 32, 4, torch.float32, seed=2, pad_tokens=3, pad_seqs=3)
     cfg = pa.AttnConfig(16, 16, 4, 2, segs)
     masked = pa.paged_attention(*_args(b), max_query_len=1, max_seq_len=72, config=cfg)

@@ -78,8 +78,8 @@
 #   fp8serve online serving with fp8 KV, then with bf16 KV, one fresh server each
 #   bf16mma the Gluon decode kernel over a bf16 cache (probe_fp8_mma.py --bf16) against the
 #           Triton bf16 path, 1-16 segments at b1-b256: a bf16 lever only if it wins
-#   clampids block ids of masked KV tiles loaded unmasked, index clamped (STRIXLM_ATTN_CLAMP_IDS,
-#           opt-in; bf16 and fp8 Triton kernels): check_attention --quick with it on, then
+#   clampids block ids of masked KV tiles loaded unmasked, index clamped (STRIXLM_ATTN_CLAMP_IDS;
+#           default since session 40; bf16 and fp8 Triton kernels): check_attention --quick, then
 #           the bf16 workload on / off alternating after a warm-up
 #   fp8mixsplit mixed steps over fp8 split on the device (STRIXLM_ATTN_FP8_MIXED_SPLIT,
 #           opt-in): bench_fp8_decode --split-mixed (now also the in-graph split), the fp8

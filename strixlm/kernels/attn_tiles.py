@@ -14,10 +14,11 @@ import os
 from strixlm.kernels.kv_write import HAS_TRITON
 
 # Masked tiles' block ids loaded unmasked, their index clamped to the last block in range
-# (the K / V loads past it stay masked). In the Gluon fp8 decode kernel, masking those loads
-# made it 1.16-1.31x slower (session 39); whether Triton's pipelined loops pay the same is
-# unmeasured, so it is opt-in: STRIXLM_ATTN_CLAMP_IDS=1 (read at import).
-CLAMP_IDS = os.environ.get("STRIXLM_ATTN_CLAMP_IDS", "0") == "1"
+# (the K / V loads past it stay masked). Masking those loads cost the Gluon fp8 decode
+# kernel 1.16-1.31x (session 39); on the Triton kernels the clamp measured +0.7% on the
+# bf16 standard workload (session 40, three alternating pairs). STRIXLM_ATTN_CLAMP_IDS=0
+# restores the masked loads (read at import).
+CLAMP_IDS = os.environ.get("STRIXLM_ATTN_CLAMP_IDS", "1") == "1"
 
 if HAS_TRITON:
     import triton
