@@ -81,8 +81,8 @@
 #   clampids block ids of masked KV tiles loaded unmasked, index clamped (STRIXLM_ATTN_CLAMP_IDS;
 #           default since session 40; bf16 and fp8 Triton kernels): check_attention --quick, then
 #           the bf16 workload on / off alternating after a warm-up
-#   fp8mixsplit mixed steps over fp8 split on the device (STRIXLM_ATTN_FP8_MIXED_SPLIT,
-#           opt-in): bench_fp8_decode --split-mixed (now also the in-graph split), the fp8
+#   fp8mixsplit mixed steps over fp8 split on the device (STRIXLM_ATTN_FP8_MIXED_SPLIT;
+#           default since session 40): bench_fp8_decode --split-mixed (and in-graph), the fp8
 #           workload with it on / off alternating, then an fp8 server with it on and one off
 #   fp8mma  fp8 decode attention on the Gluon kernel (paged_decode_fp8): probe_fp8_mma.py's
 #           segment sweep, check_attention --quick, then the fp8 workload with it on / off
