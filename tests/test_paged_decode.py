@@ -527,3 +527,47 @@ def test_clamped_block_ids_change_no_value(monkeypatch, segs):
     clamped = pa.paged_attention(*_args(b), max_query_len=1, max_seq_len=72, config=cfg)
     assert torch.equal(clamped[: b.t], masked[: b.t])
     assert torch.equal(_persistent(b, 3, num_segs=segs)[: b.t], persistent[: b.t])
+
+
+def _poison_unused_slots(b: Batch) -> None:
+    """NaN in every cache slot no sequence holds (past each sequence's end, spare blocks):
+    a kernel that lets one of them into a sum gives NaN."""
+    used = torch.zeros(b.kv_cache.shape[1] * b.bs, dtype=torch.bool)
+    for i, n in enumerate(b.seq_lens):
+        p = torch.arange(n)
+        used[b.block_table[i, p // b.bs].long() * b.bs + p % b.bs] = True
+    flat = b.kv_cache.view(2, -1, b.hkv, b.d)
+    flat[:, ~used] = float("nan")
+
+
+@pytest.mark.parametrize("segs", [1, 2])
+def test_clamped_kv_rows_and_lean_loop_change_no_value(monkeypatch, segs):
+    """STRIXLM_ATTN_CLAMP_KV (masked tiles read the last token's row past kv_end, unmasked)
+    and STRIXLM_ATTN_LEAN_LOOP (q loaded per item, state reset at item ends): the unified
+    kernel (decodes, and prompts with a prefix) and the persistent kernel give the same
+    output as before, with NaN in every slot no sequence holds."""
+    from strixlm.kernels import attn_tiles
+
+    monkeypatch.setattr(attn_tiles, "_CLAMP_KV", triton.language.constexpr(False))
+    monkeypatch.setattr(pdk, "LEAN_LOOP", False)
+    b = Batch(ROWS, 4, 2, 32, 4, torch.float32, seed=2, pad_tokens=3, pad_seqs=3)
+    _poison_unused_slots(b)
+    mixed = Batch([(12, 5), (0, 9), (33, 1), (5, 20), (6, 1)], 4, 2, 32, 4, torch.float32,
+                  seed=3, pad_tokens=2, pad_seqs=1)  # fmt: skip
+    _poison_unused_slots(mixed)
+    cfg = pa.AttnConfig(16, 16, 4, 2, segs)
+
+    def run() -> list[torch.Tensor]:
+        return [
+            pa.paged_attention(*_args(b), max_query_len=1, max_seq_len=72, config=cfg)[: b.t],
+            _persistent(b, 3, num_segs=segs)[: b.t],
+            pa.paged_attention(*_args(mixed), max_query_len=20, max_seq_len=39,
+                               config=cfg)[: mixed.t],  # fmt: skip
+        ]
+
+    before = run()
+    assert all(torch.isfinite(x).all() for x in before)
+    monkeypatch.setattr(attn_tiles, "_CLAMP_KV", triton.language.constexpr(True))
+    monkeypatch.setattr(pdk, "LEAN_LOOP", True)
+    for got, want in zip(run(), before, strict=True):
+        assert torch.equal(got, want)

@@ -122,6 +122,12 @@ BLOCKS_AHEAD = os.environ.get("STRIXLM_ATTN_BLOCKS_AHEAD", "1") == "1"
 # ahead (removed since): 896.6 vs 909.9 us over six workload batches, and the workload
 # +0.08% to +0.34% in four alternating pairs on two machines (+0.18% on average).
 PERSISTENT_STAGES = env_int("STRIXLM_ATTN_PERSISTENT_STAGES", 3)
+# With BLOCKS_AHEAD, the dealt loop loads an item's q rows once, where the item starts (not
+# at every tile: a q tile through shared memory and its ldmatrix each time), and restarts
+# only the running max at item ends, not the accumulator and sum (the next tile's rescale
+# by exp2(-inf) = 0 clears them exactly): 34 fewer selects a tile a thread at tile 32.
+# Opt-in until measured on the GPU: STRIXLM_ATTN_LEAN_LOOP=1 (read at import).
+LEAN_LOOP = os.environ.get("STRIXLM_ATTN_LEAN_LOOP", "0") == "1"
 # From this many sequences per program up to PERSISTENT_MIN_ITEMS, two segments per
 # sequence (x1.02 at batch 48 and 64 in the same sweep; four or more segments lost 1-10%
 # there, and below batch 33 the unified kernel's own split won). 0 disables the split.
@@ -296,6 +302,7 @@ if HAS_TRITON:
         DYNAMIC: tl.constexpr,
         PDL: tl.constexpr,
         AHEAD: tl.constexpr = False,
+        LEAN: tl.constexpr = False,
     ):
         p = tl.program_id(0)
         n_prog = tl.num_programs(0)
@@ -376,6 +383,9 @@ if HAS_TRITON:
                 block_table_ptr + c_seq.to(tl.int64) * stride_bt, 0 - c_jb,
                 tl.where(total > 0, c_len, 0), offs_t, BLOCK_SIZE, TILE, True,
             )  # fmt: skip
+            if LEAN:  # the first item's q rows (zeros where the program has none)
+                q = load_q_rows(q_ptr, c_tok.to(tl.int64), head, stride_qt, stride_qh, offs_d,
+                                io_mask & (total > 0), k_cache_ptr)  # fmt: skip
         for t in range(0, total):
             if AHEAD:
                 if t == c_end:  # the next item starts: shift, and look up the one after it
@@ -384,6 +394,9 @@ if HAS_TRITON:
                     n_seq, n_len, n_jb, n_end, n_tok, n_seg = _tile_item(
                         c_end, idx, seqs, lens, j_base, ends, q_lo, segs
                     )  # fmt: skip
+                    if LEAN:
+                        q = load_q_rows(q_ptr, c_tok.to(tl.int64), head, stride_qt, stride_qh,
+                                        offs_d, io_mask, k_cache_ptr)  # fmt: skip
             else:  # the item of tile t, looked up at every tile
                 c_seq, c_len, c_jb, c_end, c_tok, c_seg = _tile_item(
                     t, idx, seqs, lens, j_base, ends, q_lo, segs
@@ -393,7 +406,9 @@ if HAS_TRITON:
             j = t - c_jb
             last = t == c_end - 1
             tok = c_tok.to(tl.int64)
-            q = load_q_rows(q_ptr, tok, head, stride_qt, stride_qh, offs_d, io_mask, k_cache_ptr)
+            if not (LEAN and AHEAD):
+                q = load_q_rows(q_ptr, tok, head, stride_qt, stride_qh, offs_d, io_mask,
+                                k_cache_ptr)  # fmt: skip
             q_abs = tl.zeros([BLOCK_M], dtype=tl.int32) + (seq_len - 1)
             if AHEAD:
                 # The next tile's cache blocks (this item's next, or the next item's first):
@@ -424,9 +439,14 @@ if HAS_TRITON:
                 else:
                     store_out_rows(out_ptr, tok, head, stride_ot, stride_oh, offs_d, acc, l_i,
                                    out_scale, io_mask)  # fmt: skip
-            acc = tl.where(last, 0.0, acc)
-            m_i = tl.where(last, float("-inf"), m_i)
-            l_i = tl.where(last, 0.0, l_i)
+            if LEAN and AHEAD:
+                # Only the running max restarts: the next tile's rescale factor is then
+                # exp2(-inf) = 0, which clears acc and l_i exactly (no selects for them).
+                m_i = tl.where(last, float("-inf"), m_i)
+            else:
+                acc = tl.where(last, 0.0, acc)
+                m_i = tl.where(last, float("-inf"), m_i)
+                l_i = tl.where(last, 0.0, l_i)
         if DYNAMIC:
             # The shortest sequences' items, one at a time, to the programs as they come
             # free: programs with the same tiles end ~10% of a launch apart on the H200 (SMs
@@ -599,6 +619,7 @@ def paged_decode_persistent(
         DYNAMIC=n_dyn > 0,
         PDL=pdl,
         AHEAD=BLOCKS_AHEAD,
+        LEAN=LEAN_LOOP,
         num_warps=num_warps,
         num_stages=num_stages,
         launch_pdl=pdl,
