@@ -558,12 +558,9 @@ def test_clamped_kv_rows_and_lean_loop_change_no_value(monkeypatch, segs):
     cfg = pa.AttnConfig(16, 16, 4, 2, segs)
 
     def run() -> list[torch.Tensor]:
-        return [
-            pa.paged_attention(*_args(b), max_query_len=1, max_seq_len=72, config=cfg)[: b.t],
-            _persistent(b, 3, num_segs=segs)[: b.t],
-            pa.paged_attention(*_args(mixed), max_query_len=20, max_seq_len=39,
-                               config=cfg)[: mixed.t],  # fmt: skip
-        ]
+        decode = pa.paged_attention(*_args(b), max_query_len=1, max_seq_len=72, config=cfg)
+        prompts = pa.paged_attention(*_args(mixed), max_query_len=20, max_seq_len=39, config=cfg)
+        return [decode[: b.t], _persistent(b, 3, num_segs=segs)[: b.t], prompts[: mixed.t]]
 
     before = run()
     assert all(torch.isfinite(x).all() for x in before)
