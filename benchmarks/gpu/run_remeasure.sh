@@ -84,10 +84,9 @@
 #   fp8mixsplit mixed steps over fp8 split on the device (STRIXLM_ATTN_FP8_MIXED_SPLIT;
 #           default since session 40): bench_fp8_decode --split-mixed (and in-graph), the fp8
 #           workload with it on / off alternating, then an fp8 server with it on and one off
-#   leanloop masked tiles' K / V rows read clamped to the last token, unmasked
-#           (STRIXLM_ATTN_CLAMP_KV), and the persistent loop's q loaded once an item with only
-#           the running max reset (STRIXLM_ATTN_LEAN_LOOP), both opt-in: check_attention
-#           --quick with both on and off, then the bf16 workload alternating, and each alone
+#   leanloop the persistent loop's q loaded once an item, only the running max reset at item
+#           ends (STRIXLM_ATTN_LEAN_LOOP, default since session 40): check_attention --quick,
+#           then the bf16 workload on / off alternating after a warm-up
 #   fp8mma  fp8 decode attention on the Gluon kernel (paged_decode_fp8): probe_fp8_mma.py's
 #           segment sweep, check_attention --quick, then the fp8 workload with it on / off
 #           (STRIXLM_ATTN_FP8_MMA=1 / 0), alternating
@@ -468,17 +467,10 @@ if has fp8mixsplit; then  # a mixed step's decodes on the Gluon kernel, on the d
     bash benchmarks/gpu/run_issue3.sh serve
   SERVE_FLAGS="--kv-cache-dtype fp8" SERVE_TAG=_fp8 bash benchmarks/gpu/run_issue3.sh serve
 fi
-if has leanloop; then  # masked tiles' K / V rows clamped; the persistent loop's q per item
-  (export STRIXLM_ATTN_CLAMP_KV=1 STRIXLM_ATTN_LEAN_LOOP=1
-   run attn_check_lean 150 python benchmarks/gpu/check_attention.py --quick)
-  run attn_check_off 150 python benchmarks/gpu/check_attention.py --quick
+if has leanloop; then  # the persistent loop's q per item, only the running max reset
+  run attn_check 150 python benchmarks/gpu/check_attention.py --quick
   run tp_warm 100 $TP --model qwen3-0.6b
-  for v in both1:1:1 off1:0:0 both2:1:1 off2:0:0 both3:1:1 off3:0:0 ckv:1:0 lean:0:1; do
-    IFS=: read -r tag ckv lean <<<"$v"
-    (export STRIXLM_ATTN_CLAMP_KV=$ckv STRIXLM_ATTN_LEAN_LOOP=$lean
-     run "tp_lean_$tag" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_lean_$tag.json")
-  done
-  grep "strixlm  " "$OUT"/tp_lean_*.log
+  ab_tp STRIXLM_ATTN_LEAN_LOOP tp_lean on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
 fi
 if has fp8serve; then  # the server with fp8 KV beside bf16 KV on the same machine
   SERVE_FLAGS="--kv-cache-dtype fp8" SERVE_TAG=_fp8 bash benchmarks/gpu/run_issue3.sh serve

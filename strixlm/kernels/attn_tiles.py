@@ -19,19 +19,12 @@ from strixlm.kernels.kv_write import HAS_TRITON
 # bf16 standard workload (session 40, three alternating pairs). STRIXLM_ATTN_CLAMP_IDS=0
 # restores the masked loads (read at import).
 CLAMP_IDS = os.environ.get("STRIXLM_ATTN_CLAMP_IDS", "1") == "1"
-# With the ids clamped, a masked tile's K / V loads can go unmasked too: every position past
-# kv_end reads the sequence's last token instead (real, finite values), and its score is
-# masked to -inf as before, so its weight is exactly 0 and the result bit-equal. 16-bit
-# caches only (fp8 pairs keep their mask). Opt-in until measured on the GPU:
-# STRIXLM_ATTN_CLAMP_KV=1 (read at import).
-CLAMP_KV = CLAMP_IDS and os.environ.get("STRIXLM_ATTN_CLAMP_KV", "0") == "1"
 
 if HAS_TRITON:
     import triton
     import triton.language as tl
 
     _CLAMP_IDS = tl.constexpr(CLAMP_IDS)
-    _CLAMP_KV = tl.constexpr(CLAMP_KV)
 
     @triton.jit
     def _fp8_compute_dtype(q, k_cache_ptr):
@@ -132,16 +125,6 @@ if HAS_TRITON:
             ok_t = pos < kv_end
             v = _load_fp8_rows_f16(v_cache_ptr, tok, ok_t, HEAD_DIM, TILE)
             k = tl.trans(_load_fp8_rows_f16(k_cache_ptr, tok, ok_t, HEAD_DIM, TILE))
-        elif MASKED and EVEN_D and _CLAMP_KV:
-            # Past kv_end, the last token's row (its block is the clamped id): unmasked loads.
-            pos_c = tl.minimum(pos, tl.maximum(kv_end - 1, 0))
-            tok_c = blk * stride_cb + (pos_c % BLOCK_SIZE) * stride_cs + head_off
-            rows_c = tok_c[:, None] + offs_d[None, :]
-            v = tl.load(v_cache_ptr + rows_c)
-            if K_ROWS:
-                k = tl.trans(tl.load(k_cache_ptr + rows_c))
-            else:
-                k = tl.load(k_cache_ptr + tl.trans(rows_c))
         elif MASKED or not EVEN_D:
             ok = (pos < kv_end)[:, None] & (offs_d < HEAD_DIM)[None, :]
             v = tl.load(v_cache_ptr + rows_ptr, mask=ok, other=0.0)
