@@ -87,6 +87,10 @@
 #   leanloop the persistent loop's q loaded once an item, only the running max reset at item
 #           ends (STRIXLM_ATTN_LEAN_LOOP, default since session 40): check_attention --quick,
 #           then the bf16 workload on / off alternating after a warm-up
+#   streams each 32-token decode tile of the persistent kernel as two 16-token online
+#           softmaxes, one a warp, merged at item ends (STRIXLM_ATTN_STREAMS=2, opt-in, two
+#           pipeline stages): check_attention --quick with it on; bench_decode_timeline's
+#           shapes and workload batches, one stream vs two; the bf16 workload alternating
 #   fp8mma  fp8 decode attention on the Gluon kernel (paged_decode_fp8): probe_fp8_mma.py's
 #           segment sweep, check_attention --quick, then the fp8 workload with it on / off
 #           (STRIXLM_ATTN_FP8_MMA=1 / 0), alternating
@@ -471,6 +475,16 @@ if has leanloop; then  # the persistent loop's q per item, only the running max 
   run attn_check 150 python benchmarks/gpu/check_attention.py --quick
   run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_ATTN_LEAN_LOOP tp_lean on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
+fi
+if has streams; then  # each decode tile as two in-warp online softmaxes (STRIXLM_ATTN_STREAMS)
+  (export STRIXLM_ATTN_STREAMS=2
+   run attn_check_streams 150 python benchmarks/gpu/check_attention.py --quick)
+  run streams_timeline 200 python benchmarks/gpu/bench_decode_timeline.py \
+    --variants deal:0.6 deal:0.6:2 --json "$OUT/streams_timeline.json"
+  run streams_wl 200 python benchmarks/gpu/bench_decode_timeline.py \
+    --variants deal:0.6 deal:0.6:2 --workload 60 200 400 600 --json "$OUT/streams_wl.json"
+  run tp_warm 100 $TP --model qwen3-0.6b
+  ab_tp STRIXLM_ATTN_STREAMS tp_streams two1:2 one1:1 two2:2 one2:1 two3:2 one3:1
 fi
 if has fp8serve; then  # the server with fp8 KV beside bf16 KV on the same machine
   SERVE_FLAGS="--kv-cache-dtype fp8" SERVE_TAG=_fp8 bash benchmarks/gpu/run_issue3.sh serve
