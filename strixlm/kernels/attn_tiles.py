@@ -177,17 +177,7 @@ if HAS_TRITON:
         else:
             s = tl.dot(q, kt.to(q.dtype))
         s = tl.where(ok[:, None, :], s * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=2))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp2(s - m_safe[:, :, None])
-        alpha = tl.exp2(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, axis=2)
-        acc = acc * alpha[:, :, None]
-        if IEEE:
-            acc = tl.dot(p, v.to(tl.float32), acc, input_precision="ieee")
-        else:
-            acc = tl.dot(p.to(q.dtype), v.to(q.dtype), acc)
-        return acc, m_new, l_i
+        return online_softmax(acc, m_i, l_i, q, s, v, IEEE)
 
     @triton.jit
     def merge_streams(acc, m_i, l_i):
@@ -260,13 +250,22 @@ if HAS_TRITON:
         s = s * s_scale
         if MASKED:
             s = tl.where((pos[None, :] <= q_abs[:, None]) & pos_ok[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        return online_softmax(acc, m_i, l_i, q, s, v, IEEE, p_scale, P_SCALED)
+
+    @triton.jit
+    def online_softmax(
+        acc, m_i, l_i, q, s, v, IEEE: tl.constexpr, p_scale=1.0, P_SCALED: tl.constexpr = False
+    ):
+        # The state (acc [..., M, D], running max and sum [..., M]) after one tile's scores s
+        # [..., M, T] (log2 units, -inf where masked) and values v [..., T, D]; any leading
+        # batch dims (attn_step_streams' streams). P_SCALED: see softmax_update.
+        m_new = tl.maximum(m_i, tl.max(s, axis=-1))
         # A row can be fully masked so far (split segments): keep exp2 away from -inf - -inf.
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp2(s - m_safe[:, None])
+        p = tl.exp2(s - tl.expand_dims(m_safe, -1))
         alpha = tl.exp2(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None]
+        l_i = l_i * alpha + tl.sum(p, axis=-1)
+        acc = acc * tl.expand_dims(alpha, -1)
         if P_SCALED:
             p = p * p_scale
         if IEEE:
