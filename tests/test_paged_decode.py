@@ -596,3 +596,35 @@ def test_kernel_streams_applies_to_16_bit_caches_only():
     assert pdk.kernel_streams(q, bf16.to(kvw.FP8_DTYPE), 32, 128, 2) == 1
     q96 = torch.zeros(2, 4, 96, dtype=torch.bfloat16)
     assert pdk.kernel_streams(q96, bf16[..., :96], 32, 128, 2) == 1  # padded head dim
+
+
+@pytest.mark.parametrize("segs", [1, 2])
+def test_aligned_tiles_change_no_value(monkeypatch, segs):
+    """STRIXLM_ATTN_ALIGNED_TILES (tiles a multiple of the block size: a token's slot and
+    block index within its tile hoisted out of the loops) gives the same bits in the unified
+    kernel (decodes, split, and prompts with a prefix) and the persistent kernel (dealt and
+    dynamic items, one and two streams)."""
+    from strixlm.kernels import attn_tiles
+
+    monkeypatch.setattr(attn_tiles, "_ALIGNED_TILES", triton.language.constexpr(False))
+    b = Batch(ROWS, 4, 2, 32, 4, torch.float32, seed=2, pad_tokens=3, pad_seqs=3)
+    _poison_unused_slots(b)
+    mixed = Batch([(12, 5), (0, 9), (33, 1), (5, 20), (6, 1)], 4, 2, 32, 4, torch.float32,
+                  seed=3, pad_tokens=2, pad_seqs=1)  # fmt: skip
+    cfg = pa.AttnConfig(16, 16, 4, 2, segs)
+
+    def run() -> list[torch.Tensor]:
+        decode = pa.paged_attention(*_args(b), max_query_len=1, max_seq_len=72, config=cfg)
+        prompts = pa.paged_attention(*_args(mixed), max_query_len=20, max_seq_len=39, config=cfg)
+        two = pdk.paged_decode_persistent(
+            *_args(b), torch.full_like(b.q, float("nan")), block_m=16, tile=32, num_warps=4,
+            num_stages=2, k_rows=False, sms=132, num_programs=3, num_segs=segs, streams=2,
+        )  # fmt: skip
+        return [decode[: b.t], _persistent(b, 3, num_segs=segs)[: b.t], two[: b.t],
+                prompts[: mixed.t]]  # fmt: skip
+
+    before = run()
+    assert all(torch.isfinite(x).all() for x in before)
+    monkeypatch.setattr(attn_tiles, "_ALIGNED_TILES", triton.language.constexpr(True))
+    for got, want in zip(run(), before, strict=True):
+        assert torch.equal(got, want)
