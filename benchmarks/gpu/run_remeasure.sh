@@ -89,8 +89,9 @@
 #           then the bf16 workload on / off alternating after a warm-up
 #   aligned tiles that start on a block boundary get each token's slot and block index as
 #           loop invariants (STRIXLM_ATTN_ALIGNED_TILES=1, opt-in; both Triton attention
-#           kernels): check_attention --quick and bench_decode_timeline's workload batches
-#           with it on and off, then the bf16 workload alternating
+#           kernels): check_attention --quick (its per-case times: the unified kernel's
+#           decode configs too) and bench_decode_timeline's workload batches with it on and
+#           off, then the bf16 workload alternating
 #   streams each 32-token decode tile of the persistent kernel as two 16-token online
 #           softmaxes, one a warp, merged at item ends (STRIXLM_ATTN_STREAMS=2, opt-in, two
 #           pipeline stages): check_attention --quick with it on; bench_decode_timeline's
@@ -481,6 +482,7 @@ if has leanloop; then  # the persistent loop's q per item, only the running max 
   ab_tp STRIXLM_ATTN_LEAN_LOOP tp_lean on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
 fi
 if has aligned; then  # tiles on block boundaries: slot / block index hoisted out of the loops
+  run attn_check_unaligned 150 python benchmarks/gpu/check_attention.py --quick
   (export STRIXLM_ATTN_ALIGNED_TILES=1
    run attn_check_aligned 150 python benchmarks/gpu/check_attention.py --quick
    run aligned_timeline_on 200 python benchmarks/gpu/bench_decode_timeline.py \
