@@ -486,9 +486,9 @@ if has aligned; then  # tiles on block boundaries: slot / block index hoisted ou
   (export STRIXLM_ATTN_ALIGNED_TILES=1
    run attn_check_aligned 150 python benchmarks/gpu/check_attention.py --quick
    run aligned_timeline_on 200 python benchmarks/gpu/bench_decode_timeline.py \
-     --variants deal:0.6 --workload 60 200 400 600 800 --json "$OUT/aligned_on.json")
+     --variants deal:0.6 --workload 60 200 400 600 --json "$OUT/aligned_on.json")
   run aligned_timeline_off 200 python benchmarks/gpu/bench_decode_timeline.py \
-    --variants deal:0.6 --workload 60 200 400 600 800 --json "$OUT/aligned_off.json"
+    --variants deal:0.6 --workload 60 200 400 600 --json "$OUT/aligned_off.json"
   run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_ATTN_ALIGNED_TILES tp_aligned on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
 fi
