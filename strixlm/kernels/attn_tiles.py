@@ -21,10 +21,10 @@ from strixlm.kernels.kv_write import HAS_TRITON
 CLAMP_IDS = os.environ.get("STRIXLM_ATTN_CLAMP_IDS", "1") == "1"
 # Where TILE is a multiple of BLOCK_SIZE every tile starts on a block boundary, so a token's
 # slot in its block (offs_t % BLOCK_SIZE) and its block's index within the tile are loop
-# invariants: the address work leaves the tile loop (sm90 SASS of the persistent kernel at
-# tile 32: 545 -> 520 instructions a tile on the common path, 194 -> 183 registers). The
-# same values. Opt-in until measured on the GPU: STRIXLM_ATTN_ALIGNED_TILES=1 (read at
-# import).
+# invariants: the address work leaves the tile loop (benchmarks/sass_tile_loop.py, the
+# persistent kernel at tile 32: 545 -> 522 instructions a tile on the common path, 195 ->
+# 168 registers). The same values. Opt-in until measured on the GPU:
+# STRIXLM_ATTN_ALIGNED_TILES=1 (read at import).
 ALIGNED_TILES = os.environ.get("STRIXLM_ATTN_ALIGNED_TILES", "0") == "1"
 
 if HAS_TRITON:

@@ -1,0 +1,65 @@
+"""benchmarks/sass_tile_loop.py: the attention kernels' tile loops in sm90 SASS, on CPU.
+
+Each run compiles in a subprocess (the knobs are read at import, and this suite runs
+triton in interpreter mode), so these are compile-time properties of the loop changes the
+docs cite: the lean loop and the aligned tiles take instructions off a tile's common path,
+and two streams take barriers off it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+triton = pytest.importorskip("triton", reason="triton is not installed")
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+
+
+def _loops(tmp_path: Path, *args: str, **knobs: str) -> dict:
+    if not (BIN / "ptxas").exists() or not (BIN / "cuobjdump").exists():
+        pytest.skip("this triton ships no ptxas / cuobjdump")
+    env = {k: v for k, v in os.environ.items()
+           if k != "TRITON_INTERPRET" and not k.startswith("STRIXLM_ATTN_")}  # fmt: skip
+    env.update(knobs)
+    out = tmp_path / "loops.json"
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "sass_tile_loop.py"), *args,
+         "--json", str(out)],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "tile loop 0:" in r.stdout
+    return json.loads(out.read_text())
+
+
+def test_loop_changes_take_instructions_off_the_tile(tmp_path):
+    default = _loops(tmp_path)
+    per_tile = _loops(tmp_path, STRIXLM_ATTN_LEAN_LOOP="0")
+    aligned = _loops(tmp_path, STRIXLM_ATTN_ALIGNED_TILES="1")
+    two = _loops(tmp_path, "--streams", "2", STRIXLM_ATTN_ALIGNED_TILES="1")
+    common = {
+        k: v["tile_loops"][0]["common"]
+        for k, v in dict(default=default, per_tile=per_tile, aligned=aligned, two=two).items()
+    }
+    assert common["default"] < common["per_tile"], common
+    assert common["aligned"] < common["default"], common
+    assert common["two"] < common["aligned"], common
+    bars = [r["tile_loops"][0]["barriers"] for r in (default, two)]
+    assert bars[1] < bars[0], bars
+    assert default["spill_bytes"] == 0 and default["registers"] <= 255
+    assert 4 * two["shared_bytes"] <= 228 * 1024  # four programs an SM still fit
+
+
+def test_unified_kernel_loops(tmp_path):
+    base = _loops(tmp_path, "--kernel", "unified")
+    aligned = _loops(tmp_path, "--kernel", "unified", STRIXLM_ATTN_ALIGNED_TILES="1")
+    assert len(base["tile_loops"]) == 2  # the unmasked and the masked tile loop
+    for b, a in zip(base["tile_loops"], aligned["tile_loops"], strict=True):
+        assert a["common"] < b["common"], (a, b)
