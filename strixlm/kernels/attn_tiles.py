@@ -75,19 +75,24 @@ if HAS_TRITON:
         # The cache block of each token of KV tile j (int64). MASKED: past kv_end, 0 (or,
         # with _CLAMP_IDS, the last block in range); those tokens' K / V are never read.
         pos = j * TILE + offs_t
-        if _ALIGNED_TILES:
-            if TILE % BLOCK_SIZE == 0:
-                idx = j * (TILE // BLOCK_SIZE) + offs_t // BLOCK_SIZE
-                if MASKED:
-                    last = tl.maximum(tl.cdiv(kv_end, BLOCK_SIZE) - 1, 0)
-                    idx = tl.minimum(idx, last)  # (the ids clamped, whatever _CLAMP_IDS)
-                return tl.load(bt_row_ptr + idx).to(tl.int64)
         if MASKED:
             if _CLAMP_IDS:
                 last = tl.maximum(tl.cdiv(kv_end, BLOCK_SIZE) - 1, 0)
-                return tl.load(bt_row_ptr + tl.minimum(pos // BLOCK_SIZE, last)).to(tl.int64)
-            return tl.load(bt_row_ptr + pos // BLOCK_SIZE, mask=pos < kv_end, other=0).to(tl.int64)
-        return tl.load(bt_row_ptr + pos // BLOCK_SIZE).to(tl.int64)
+                idx = tl.minimum(_block_index(pos, j, offs_t, BLOCK_SIZE, TILE), last)
+                return tl.load(bt_row_ptr + idx).to(tl.int64)
+            idx = _block_index(pos, j, offs_t, BLOCK_SIZE, TILE)
+            return tl.load(bt_row_ptr + idx, mask=pos < kv_end, other=0).to(tl.int64)
+        return tl.load(bt_row_ptr + _block_index(pos, j, offs_t, BLOCK_SIZE, TILE)).to(tl.int64)
+
+    @triton.jit
+    def _block_index(pos, j, offs_t, BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr):
+        # The block-table index of each position pos = j * TILE + offs_t. With _ALIGNED_TILES
+        # and tiles that start on a block, offs_t // BLOCK_SIZE is a loop invariant.
+        idx = pos // BLOCK_SIZE
+        if _ALIGNED_TILES:
+            if TILE % BLOCK_SIZE == 0:
+                idx = j * (TILE // BLOCK_SIZE) + offs_t // BLOCK_SIZE
+        return idx
 
     @triton.jit
     def blocks_step(carried, bt_row_ptr, j, kv_end, offs_t, BLOCK_SIZE: tl.constexpr,

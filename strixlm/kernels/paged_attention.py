@@ -519,16 +519,13 @@ def paged_attention(
     persistent = cfg.persistent and seq_grid and max_query_len == 1
     # fp8 decode: the Gluon kernel with explicit register layouts (paged_decode_fp8), whatever
     # grid the Triton config picked; its q/k prologue runs as its own launch first.
-    mma_fp8 = (
-        kv_cache.dtype == FP8_DTYPE and seq_grid and max_query_len == 1 and config is None
-        and num_splits is None and fp8_mma.supports(q, kv_cache, bs, num_seqs)
-    )  # fmt: skip
-    # Mixed steps over fp8: their decodes on that kernel first, the rest on the unified one.
-    mixed_fp8 = (
-        kv_cache.dtype == FP8_DTYPE and not seq_grid and not split and config is None
-        and num_splits is None and fp8_mma.MIXED_SPLIT
+    gluon_fp8 = (
+        kv_cache.dtype == FP8_DTYPE and config is None and num_splits is None
         and fp8_mma.supports(q, kv_cache, bs, num_seqs)
     )  # fmt: skip
+    mma_fp8 = gluon_fp8 and seq_grid and max_query_len == 1
+    # Mixed steps over fp8: their decodes on that kernel first, the rest on the unified one.
+    mixed_fp8 = gluon_fp8 and not seq_grid and not split and fp8_mma.MIXED_SPLIT
     fuse_qk = (
         qk_prologue is not None
         and persistent
