@@ -430,6 +430,8 @@ if HAS_TRITON:
             )  # fmt: skip
             tl.debug_barrier()
         head_off = kv_head * stride_ch
+        # q rows loaded where an item starts (the lean loop with one stream), else per tile.
+        Q_PER_ITEM: tl.constexpr = LEAN and AHEAD and STREAMS == 1
         acc, m_i, l_i = _fresh_state(BLOCK_M, DIM_P, STREAMS)
         j_base = firsts - los
         if AHEAD:
@@ -446,7 +448,7 @@ if HAS_TRITON:
                 block_table_ptr + c_seq.to(tl.int64) * stride_bt, 0 - c_jb,
                 tl.where(total > 0, c_len, 0), offs_t, BLOCK_SIZE, TILE, True,
             )  # fmt: skip
-            if LEAN and STREAMS == 1:  # the first item's q rows (zeros if there is none)
+            if Q_PER_ITEM:  # the first item's q rows (zeros if there is none)
                 q = load_q_rows(q_ptr, c_tok.to(tl.int64), head, stride_qt, stride_qh, offs_d,
                                 io_mask & (total > 0), k_cache_ptr)  # fmt: skip
         for t in range(0, total):
@@ -457,7 +459,7 @@ if HAS_TRITON:
                     n_seq, n_len, n_jb, n_end, n_tok, n_seg = _tile_item(
                         c_end, idx, seqs, lens, j_base, ends, q_lo, segs
                     )  # fmt: skip
-                    if LEAN and STREAMS == 1:
+                    if Q_PER_ITEM:
                         q = load_q_rows(q_ptr, c_tok.to(tl.int64), head, stride_qt, stride_qh,
                                         offs_d, io_mask, k_cache_ptr)  # fmt: skip
             else:  # the item of tile t, looked up at every tile
@@ -469,7 +471,7 @@ if HAS_TRITON:
             j = t - c_jb
             last = t == c_end - 1
             tok = c_tok.to(tl.int64)
-            if not (LEAN and AHEAD and STREAMS == 1):  # streams: a tile's q rows by cp.async
+            if not Q_PER_ITEM:  # (with streams, a tile's q rows go by cp.async)
                 q = _load_q(q_ptr, tok, head, stride_qt, stride_qh, offs_d, io_mask,
                             k_cache_ptr, STREAMS)  # fmt: skip
             q_abs = tl.zeros([BLOCK_M], dtype=tl.int32) + (seq_len - 1)
