@@ -1,6 +1,6 @@
 """Instructions a KV tile costs in the attention kernels' sm90 code, without a GPU.
 
-python benchmarks/sass_tile_loop.py [--kernel persistent|unified] [--streams N] [--stages N]
+python benchmarks/sass_tile_loop.py [--kernel persistent|unified] [--stages N]
                                     [--json PATH]
 
 Compiles the Qwen3-0.6B decode config (bf16 cache, 16 q rows, 32-token tiles over 16-token
@@ -59,14 +59,14 @@ def _signature(kernel, consts: dict) -> tuple[dict, dict]:
     return sig, {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
 
 
-def compile_ptx(kind: str, streams: int, stages: int) -> tuple[str, int]:
+def compile_ptx(kind: str, stages: int) -> tuple[str, int]:
     """(PTX, shared bytes) of the kernel at the decode config, this process's knobs."""
     if kind == "persistent":
         kernel = pdk._paged_decode_persistent_kernel
         consts = dict(SHAPE, BLOCK_M=16, MAX_ITEMS=8, NUM_SEGS=1, IEEE=False, K_ROWS=False,
                       HAS_ORDER=True, FP8_PAIRS=False, FUSE_QK=False, BLOCK_G=2, HALF=64,
                       FP8=False, TIMING=False, DYNAMIC=True, PDL=True,
-                      AHEAD=pdk.BLOCKS_AHEAD, LEAN=pdk.LEAN_LOOP, STREAMS=streams)  # fmt: skip
+                      AHEAD=pdk.BLOCKS_AHEAD, LEAN=pdk.LEAN_LOOP)  # fmt: skip
     else:
         kernel = pa._paged_attn_kernel
         consts = dict(SHAPE, BLOCK_M=16, BLOCK_Q=8, NUM_SEGS=1, SPLIT=False, IEEE=False,
@@ -119,24 +119,23 @@ def tile_loops(sass: str) -> list[dict]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kernel", choices=["persistent", "unified"], default="persistent")
-    ap.add_argument("--streams", type=int, default=pdk.STREAMS)
     ap.add_argument("--stages", type=int, default=None,
                     help="pipeline stages (default: the engine's for the config)")  # fmt: skip
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    stages = args.stages or (pdk.STREAMS_STAGES if args.streams > 1 else 3)
-    ptx, shared = compile_ptx(args.kernel, args.streams, stages)
+    stages = args.stages or 3
+    ptx, shared = compile_ptx(args.kernel, stages)
     report, sass = assemble(ptx)
     regs = re.search(r"Used (\d+) registers", report)
     spill = re.search(r"(\d+) bytes spill stores", report)
     loops = tile_loops(sass)
     n_tile = 1 if args.kernel == "persistent" else 2  # the first loops are the tile loops
     knobs = {k: v for k, v in sorted(os.environ.items()) if k.startswith("STRIXLM_ATTN_")}
-    out = dict(kernel=args.kernel, streams=args.streams, stages=stages, knobs=knobs,
+    out = dict(kernel=args.kernel, stages=stages, knobs=knobs,
                registers=int(regs.group(1)) if regs else None,
                spill_bytes=int(spill.group(1)) if spill else None, shared_bytes=shared,
                tile_loops=loops[:n_tile])  # fmt: skip
-    print(f"{args.kernel}, streams {args.streams}, {stages} stages, knobs {knobs or 'default'}:"
+    print(f"{args.kernel}, {stages} stages, knobs {knobs or 'default'}:"
           f" {out['registers']} registers, {out['spill_bytes']} bytes spilled, "
           f"{shared} bytes shared")  # fmt: skip
     for i, lp in enumerate(out["tile_loops"]):

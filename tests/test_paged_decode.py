@@ -389,7 +389,7 @@ for cache_dt in ("bf16", "fp8e4nv"):
                   BLOCK_M=16, MAX_ITEMS=8, NUM_SEGS=1 if fp8 else 4,
                   IEEE=False, K_ROWS=False, HAS_ORDER=True, FP8_PAIRS=fp8, FUSE_QK=fp8,
                   BLOCK_G=2, HALF=64, FP8=fp8, TIMING=fp8, DYNAMIC=True,
-                  PDL=fp8, AHEAD=not fp8, LEAN=False, STREAMS=1)
+                  PDL=fp8, AHEAD=not fp8, LEAN=False)
     names = list(sig) + list(consts)
     div16 = [n for n in sig if n.endswith("_ptr") or (n.startswith("stride") and n != "stride_bt")]
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in div16}
@@ -399,19 +399,6 @@ for cache_dt in ("bf16", "fp8e4nv"):
                        options=dict(num_warps=2, num_stages=3))
     assert ("griddepcontrol.wait" in k.asm["ptx"]) == fp8  # PDL: the wait after the deal
     assert (k.metadata.shared >= 2 * 2 * 32 * 128 * 2) == (not fp8), k.metadata.shared
-# Two streams a tile (STRIXLM_ATTN_STREAMS=2) with the lean loop, at their two stages: four
-# programs' buffers must fit an SM's shared memory, and a tile's step needs no barrier but
-# its cp.async wait and its buffer turnover.
-consts.update(NUM_SEGS=2, FP8_PAIRS=False, FUSE_QK=False, FP8=False, TIMING=False, PDL=True,
-              AHEAD=True, LEAN=True, STREAMS=2)
-sig.update(k_cache_ptr="*bf16", v_cache_ptr="*bf16")
-names = list(sig) + list(consts)
-attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in div16}
-src = ASTSource(pdk._paged_decode_persistent_kernel,
-                {**sig, **{k: "constexpr" for k in consts}}, consts, attrs)
-k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                   options=dict(num_warps=2, num_stages=pdk.STREAMS_STAGES))
-assert 4 * k.metadata.shared <= 228 * 1024, k.metadata.shared
 print("compiled")
 """
 
@@ -568,42 +555,11 @@ def test_lean_loop_changes_no_value(monkeypatch, segs):
 
 
 @pytest.mark.parametrize("segs", [1, 2])
-@pytest.mark.parametrize("dynamic_frac", [0.0, 0.6])
-def test_two_streams_match_reference(segs, dynamic_frac):
-    """STRIXLM_ATTN_STREAMS=2: each 32-token tile as two 16-token online softmaxes merged at
-    item ends, in the dealt and the dynamic loops, split and unsplit: the torch reference
-    within fp32 rounding, with NaN in every slot no sequence holds and padded rows."""
-    b = Batch(ROWS, 4, 2, 32, 4, torch.float32, seed=6, pad_tokens=3, pad_seqs=3)
-    _poison_unused_slots(b)
-    got = pdk.paged_decode_persistent(
-        *_args(b), torch.full_like(b.q, float("nan")), block_m=16, tile=32, num_warps=4,
-        num_stages=2, k_rows=False, sms=132, num_programs=3, num_segs=segs,
-        dynamic_frac=dynamic_frac, streams=2,
-    )  # fmt: skip
-    ref = pa.paged_attention_ref(
-        b.q[: b.t], b.kv_cache, b.query_lens, b.seq_lens, b.block_table, 0.2
-    )
-    rel, mx = rel_err(got[: b.t], ref)
-    assert rel < 1e-5, (rel, mx)
-
-
-def test_kernel_streams_applies_to_16_bit_caches_only():
-    q = torch.zeros(2, 4, 128, dtype=torch.bfloat16)
-    bf16 = torch.zeros(2, 1, 16, 2, 128, dtype=torch.bfloat16)
-    assert pdk.kernel_streams(q, bf16, 32, 128, 2) == 2
-    assert pdk.kernel_streams(q, bf16, 16, 128, 2) == 1  # runs under 16 tokens
-    assert pdk.kernel_streams(q, bf16, 32, 128, 1) == 1
-    assert pdk.kernel_streams(q, bf16.to(kvw.FP8_DTYPE), 32, 128, 2) == 1
-    q96 = torch.zeros(2, 4, 96, dtype=torch.bfloat16)
-    assert pdk.kernel_streams(q96, bf16[..., :96], 32, 128, 2) == 1  # padded head dim
-
-
-@pytest.mark.parametrize("segs", [1, 2])
 def test_aligned_tiles_change_no_value(monkeypatch, segs):
     """STRIXLM_ATTN_ALIGNED_TILES (tiles a multiple of the block size: a token's slot and
     block index within its tile hoisted out of the loops) gives the same bits in the unified
     kernel (decodes, split, and prompts with a prefix) and the persistent kernel (dealt and
-    dynamic items, one and two streams)."""
+    dynamic items, at tiles of one and two blocks)."""
     from strixlm.kernels import attn_tiles
 
     monkeypatch.setattr(attn_tiles, "_ALIGNED_TILES", triton.language.constexpr(False))
@@ -616,11 +572,11 @@ def test_aligned_tiles_change_no_value(monkeypatch, segs):
     def run() -> list[torch.Tensor]:
         decode = pa.paged_attention(*_args(b), max_query_len=1, max_seq_len=72, config=cfg)
         prompts = pa.paged_attention(*_args(mixed), max_query_len=20, max_seq_len=39, config=cfg)
-        two = pdk.paged_decode_persistent(
+        two_blocks = pdk.paged_decode_persistent(
             *_args(b), torch.full_like(b.q, float("nan")), block_m=16, tile=32, num_warps=4,
-            num_stages=2, k_rows=False, sms=132, num_programs=3, num_segs=segs, streams=2,
+            num_stages=2, k_rows=False, sms=132, num_programs=3, num_segs=segs,
         )  # fmt: skip
-        return [decode[: b.t], _persistent(b, 3, num_segs=segs)[: b.t], two[: b.t],
+        return [decode[: b.t], _persistent(b, 3, num_segs=segs)[: b.t], two_blocks[: b.t],
                 prompts[: mixed.t]]  # fmt: skip
 
     before = run()

@@ -13,8 +13,8 @@ its tiles (fixed ns per program + ns per tile). The graph time with and without 
 shows what they cost. Qwen3-0.6B heads, bf16 cache, blocks shuffled over the pool.
 --variants: the kernels to compare, outputs checked against the first one's: "deal:F"
 is paged_decode's dealt grid handing out the shortest share F of the sequences dynamically
-(the only kind now: session 8 also had "sk:D:C", a stream-K grid since removed);
-"deal:F:S" splits each tile into S streams (paged_decode.STREAMS).
+(the only kind now: session 8 also had "sk:D:C", a stream-K grid since removed, and
+session 41 "deal:F:S", S online softmaxes a tile, removed after it lost 7%).
 """
 
 from __future__ import annotations
@@ -124,8 +124,8 @@ def run_shape(name: str, ctxs: list[int], variant: str, want=None) -> dict:
     sms = pa.num_sms(dev)
     cfg = pa.select_config(HQ, HKV, D, b, 1, max(ctxs), sms)
     assert cfg.persistent, cfg
-    kind, frac, *streams = variant.split(":")
-    assert kind == "deal" and len(streams) <= 1, variant
+    kind, frac = variant.split(":")
+    assert kind == "deal", variant
     n_prog = pdk.persistent_programs(b * cfg.num_splits, HKV, sms)
     order = torch.tensor(sorted(range(b), key=lambda i: -ctxs[i]), dtype=torch.int32, device=dev)
     timing = torch.zeros((LAYERS, HKV * n_prog, 4), dtype=torch.int64, device=dev)
@@ -139,7 +139,7 @@ def run_shape(name: str, ctxs: list[int], variant: str, want=None) -> dict:
                       timing=timing[i] if timed else None)  # fmt: skip
             pdk.paged_decode_persistent(
                 *args, **kw, sms=sms, seq_order=order, dynamic_frac=float(frac),
-                num_segs=cfg.num_splits, streams=int(streams[0]) if streams else None,
+                num_segs=cfg.num_splits,
             )  # fmt: skip
 
     step(False)

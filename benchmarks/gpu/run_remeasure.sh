@@ -88,14 +88,10 @@
 #           ends (STRIXLM_ATTN_LEAN_LOOP, default since session 40): check_attention --quick,
 #           then the bf16 workload on / off alternating after a warm-up
 #   aligned tiles that start on a block boundary get each token's slot and block index as
-#           loop invariants (STRIXLM_ATTN_ALIGNED_TILES=1, opt-in; both Triton attention
-#           kernels): check_attention --quick (its per-case times: the unified kernel's
-#           decode configs too) and bench_decode_timeline's workload batches with it on and
-#           off, then the bf16 workload alternating
-#   streams each 32-token decode tile of the persistent kernel as two 16-token online
-#           softmaxes, one a warp, merged at item ends (STRIXLM_ATTN_STREAMS=2, opt-in, two
-#           pipeline stages): check_attention --quick with it on; bench_decode_timeline's
-#           shapes and workload batches, one stream vs two; the bf16 workload alternating
+#           loop invariants (STRIXLM_ATTN_ALIGNED_TILES, default since session 41; both
+#           Triton attention kernels): check_attention --quick (its per-case times: the
+#           unified kernel's decode configs too) and bench_decode_timeline's workload
+#           batches with it on and off, then the bf16 workload alternating
 #   fp8mma  fp8 decode attention on the Gluon kernel (paged_decode_fp8): probe_fp8_mma.py's
 #           segment sweep, check_attention --quick, then the fp8 workload with it on / off
 #           (STRIXLM_ATTN_FP8_MMA=1 / 0), alternating
@@ -482,25 +478,15 @@ if has leanloop; then  # the persistent loop's q per item, only the running max 
   ab_tp STRIXLM_ATTN_LEAN_LOOP tp_lean on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
 fi
 if has aligned; then  # tiles on block boundaries: slot / block index hoisted out of the loops
-  run attn_check_unaligned 150 python benchmarks/gpu/check_attention.py --quick
-  (export STRIXLM_ATTN_ALIGNED_TILES=1
-   run attn_check_aligned 150 python benchmarks/gpu/check_attention.py --quick
-   run aligned_timeline_on 200 python benchmarks/gpu/bench_decode_timeline.py \
-     --variants deal:0.6 --workload 60 200 400 600 --json "$OUT/aligned_on.json")
-  run aligned_timeline_off 200 python benchmarks/gpu/bench_decode_timeline.py \
-    --variants deal:0.6 --workload 60 200 400 600 --json "$OUT/aligned_off.json"
+  run attn_check_aligned 150 python benchmarks/gpu/check_attention.py --quick
+  run aligned_timeline_on 200 python benchmarks/gpu/bench_decode_timeline.py \
+    --variants deal:0.6 --workload 60 200 400 600 --json "$OUT/aligned_on.json"
+  (export STRIXLM_ATTN_ALIGNED_TILES=0
+   run attn_check_unaligned 150 python benchmarks/gpu/check_attention.py --quick
+   run aligned_timeline_off 200 python benchmarks/gpu/bench_decode_timeline.py \
+     --variants deal:0.6 --workload 60 200 400 600 --json "$OUT/aligned_off.json")
   run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_ATTN_ALIGNED_TILES tp_aligned on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
-fi
-if has streams; then  # each decode tile as two in-warp online softmaxes (STRIXLM_ATTN_STREAMS)
-  (export STRIXLM_ATTN_STREAMS=2
-   run attn_check_streams 150 python benchmarks/gpu/check_attention.py --quick)
-  run streams_timeline 200 python benchmarks/gpu/bench_decode_timeline.py \
-    --variants deal:0.6 deal:0.6:2 --json "$OUT/streams_timeline.json"
-  run streams_wl 200 python benchmarks/gpu/bench_decode_timeline.py \
-    --variants deal:0.6 deal:0.6:2 --workload 60 200 400 600 --json "$OUT/streams_wl.json"
-  run tp_warm 100 $TP --model qwen3-0.6b
-  ab_tp STRIXLM_ATTN_STREAMS tp_streams two1:2 one1:1 two2:2 one2:1 two3:2 one3:1
 fi
 if has fp8serve; then  # the server with fp8 KV beside bf16 KV on the same machine
   SERVE_FLAGS="--kv-cache-dtype fp8" SERVE_TAG=_fp8 bash benchmarks/gpu/run_issue3.sh serve

@@ -23,9 +23,10 @@ CLAMP_IDS = os.environ.get("STRIXLM_ATTN_CLAMP_IDS", "1") == "1"
 # slot in its block (offs_t % BLOCK_SIZE) and its block's index within the tile are loop
 # invariants: the address work leaves the tile loop (benchmarks/sass_tile_loop.py, the
 # persistent kernel at tile 32: 545 -> 522 instructions a tile on the common path, 195 ->
-# 168 registers). The same values. Opt-in until measured on the GPU:
-# STRIXLM_ATTN_ALIGNED_TILES=1 (read at import).
-ALIGNED_TILES = os.environ.get("STRIXLM_ATTN_ALIGNED_TILES", "0") == "1"
+# 168 registers). The same values. H200 (session 41), the bf16 workload in three
+# alternating pairs: 28,140-28,176 tok/s against 27,940-27,987 (+0.70%).
+# STRIXLM_ATTN_ALIGNED_TILES=0 restores the per-token address work (read at import).
+ALIGNED_TILES = os.environ.get("STRIXLM_ATTN_ALIGNED_TILES", "1") == "1"
 
 if HAS_TRITON:
     import triton
@@ -164,58 +165,6 @@ if HAS_TRITON:
         return softmax_update(acc, m_i, l_i, q, k, v, qk_scale, pos, pos_ok, q_abs, MASKED, IEEE)
 
     @triton.jit
-    def stream_offsets(TILE: tl.constexpr, STREAMS: tl.constexpr):
-        # Token offsets of a KV tile split into STREAMS runs of TILE // STREAMS tokens
-        # ([STREAMS, TILE // STREAMS]; [TILE] for one stream).
-        # (One return: the compiler checks every return's type, constexpr branches or not.)
-        if STREAMS == 1:
-            offs = tl.arange(0, TILE)
-        else:
-            per: tl.constexpr = TILE // STREAMS
-            offs = tl.arange(0, STREAMS)[:, None] * per + tl.arange(0, per)[None, :]
-        return offs
-
-    @triton.jit
-    def attn_step_streams(
-        acc, m_i, l_i, q, j, kv_end, blk, k_cache_ptr, v_cache_ptr, head_off, stride_cb,
-        stride_cs, qk_scale, offs_s, offs_d, BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr,
-        IEEE: tl.constexpr,
-    ):  # fmt: skip
-        # Decode only (one query token per row set, so the causal limit is kv_end itself):
-        # KV tile j as STREAMS independent online softmaxes, one per run of its tokens
-        # (offs_s, blk: [STREAMS, T] offsets and block ids; q [STREAMS, M, D], the same rows
-        # in each; state [STREAMS, M(, D)]). Compiled, each stream's dots and row reductions
-        # stay inside one warp: no cross-warp reductions or shared-memory relayout of P per
-        # tile, which a [M, TILE] score tile split over the warps needs. merge_streams
-        # combines them where an item ends.
-        pos = j * TILE + offs_s
-        ok = pos < kv_end
-        tok = blk * stride_cb + (pos % BLOCK_SIZE) * stride_cs + head_off
-        if _ALIGNED_TILES:
-            if TILE % BLOCK_SIZE == 0:
-                tok = blk * stride_cb + ((offs_s % BLOCK_SIZE) * stride_cs + head_off)
-        ptrs = tok[:, :, None] + offs_d[None, None, :]
-        k = tl.load(k_cache_ptr + ptrs, mask=ok[:, :, None], other=0.0)
-        v = tl.load(v_cache_ptr + ptrs, mask=ok[:, :, None], other=0.0)
-        kt = tl.permute(k, (0, 2, 1))
-        if IEEE:
-            s = tl.dot(q, kt.to(q.dtype), input_precision="ieee")
-        else:
-            s = tl.dot(q, kt.to(q.dtype))
-        s = tl.where(ok[:, None, :], s * qk_scale, float("-inf"))
-        return online_softmax(acc, m_i, l_i, q, s, v, IEEE)
-
-    @triton.jit
-    def merge_streams(acc, m_i, l_i):
-        # attn_step_streams' states as one: (unnormalized output [M, D], running max, sum).
-        # A stream that saw no token (max -inf) weighs 0; if none did, the result is the
-        # empty state (max -inf, sum 0, output 0).
-        m = tl.max(m_i, axis=0)
-        m_safe = tl.where(m == float("-inf"), 0.0, m)
-        w = tl.exp2(m_i - m_safe[None, :])
-        return tl.sum(acc * w[:, :, None], axis=0), m, tl.sum(l_i * w, axis=0)
-
-    @triton.jit
     def attn_step_rows(
         acc,
         m_i,
@@ -283,8 +232,8 @@ if HAS_TRITON:
         acc, m_i, l_i, q, s, v, IEEE: tl.constexpr, p_scale=1.0, P_SCALED: tl.constexpr = False
     ):
         # The state (acc [..., M, D], running max and sum [..., M]) after one tile's scores s
-        # [..., M, T] (log2 units, -inf where masked) and values v [..., T, D]; any leading
-        # batch dims (attn_step_streams' streams). P_SCALED: see softmax_update.
+        # [..., M, T] (log2 units, -inf where masked) and values v [..., T, D], with any
+        # leading batch dims. P_SCALED: see softmax_update.
         m_new = tl.maximum(m_i, tl.max(s, axis=-1))
         # A row can be fully masked so far (split segments): keep exp2 away from -inf - -inf.
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)

@@ -53,13 +53,10 @@ if HAS_TRITON:
 
     from strixlm.kernels.attn_tiles import (
         attn_step_blocks,
-        attn_step_streams,
         blocks_step,
         load_q_rows,
-        merge_streams,
         store_out_rows,
         store_segment_partial,
-        stream_offsets,
         tile_blocks,
     )
     from strixlm.kernels.pdl import pdl_prologue
@@ -133,17 +130,6 @@ PERSISTENT_STAGES = env_int("STRIXLM_ATTN_PERSISTENT_STAGES", 3)
 # runs against 28,247-28,318 in six. STRIXLM_ATTN_LEAN_LOOP=0 keeps the per-tile q and
 # resets (read at import).
 LEAN_LOOP = os.environ.get("STRIXLM_ATTN_LEAN_LOOP", "1") == "1"
-# Each KV tile as STREAMS independent online softmaxes over runs of its tokens (16-bit
-# caches, HEAD_DIM a power of two, runs of 16 tokens or more), merged where an item ends.
-# Compiled, a 2-warp program's score tile [M, TILE] is split over its warps by columns, so
-# every tile pays cross-warp row max and sum reductions and a shared-memory relayout of P
-# (9 bar.sync a tile in the sm90 SASS at tile 32); with one stream a warp, those stay in
-# the warp. Outputs differ from one stream by rounding only. Opt-in until measured on the
-# GPU: STRIXLM_ATTN_STREAMS=2 (read at import).
-STREAMS = env_int("STRIXLM_ATTN_STREAMS", 1)
-# Pipeline stages with streams: at 3, q's per-stream copies take the buffers to 64 KB a
-# program and four no longer fit an SM; at 2, 40 KB (sm90 compile, tile 32).
-STREAMS_STAGES = env_int("STRIXLM_ATTN_STREAMS_STAGES", 2)
 # From this many sequences per program up to PERSISTENT_MIN_ITEMS, two segments per
 # sequence (x1.02 at batch 48 and 64 in the same sweep; four or more segments lost 1-10%
 # there, and below batch 33 the unified kernel's own split won). 0 disables the split.
@@ -196,18 +182,6 @@ def fp8_grid(items: int, num_kv_heads: int, sms: int) -> tuple[int | None, int]:
     if ctas and items >= FP8_GRID_MIN_ITEMS * persistent_programs(items, num_kv_heads, sms, ctas):
         return ctas, FP8_MAXNREG
     return None, 0
-
-
-def kernel_streams(
-    q: torch.Tensor, kv_cache: torch.Tensor, tile: int, dim_p: int, streams: int | None
-) -> int:
-    """The tile's streams for this launch: `streams` (None: STREAMS) where it applies (a
-    16-bit cache, head_dim == dim_p, tiles of at least 16 tokens a stream), else 1."""
-    n = STREAMS if streams is None else streams
-    d = q.shape[-1]
-    if n <= 1 or kv_cache.dtype == FP8_DTYPE or d != dim_p or tile % n or tile // n < 16:
-        return 1
-    return n
 
 
 def use_persistent(num_seqs: int, num_kv_heads: int, max_query_len: int, sms: int) -> bool:
@@ -264,40 +238,11 @@ if HAS_TRITON:
         )
 
     @triton.jit
-    def _fresh_state(BLOCK_M: tl.constexpr, DIM_P: tl.constexpr, STREAMS: tl.constexpr):
-        # (acc, running max, sum) before a sequence's first tile, one set per stream. One
-        # return per helper here: the compiler checks all returns' types, constexpr or not.
-        if STREAMS == 1:
-            acc = tl.zeros([BLOCK_M, DIM_P], dtype=tl.float32)
-            m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-        else:
-            acc = tl.zeros([STREAMS, BLOCK_M, DIM_P], dtype=tl.float32)
-            m_i = tl.full([STREAMS, BLOCK_M], float("-inf"), dtype=tl.float32)
+    def _fresh_state(BLOCK_M: tl.constexpr, DIM_P: tl.constexpr):
+        # (acc, running max, sum) before a sequence's first tile.
+        acc = tl.zeros([BLOCK_M, DIM_P], dtype=tl.float32)
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         return acc, m_i, tl.zeros_like(m_i)
-
-    @triton.jit
-    def _load_q(q_ptr, tok, head, stride_qt, stride_qh, offs_d, io_mask, k_cache_ptr,
-                STREAMS: tl.constexpr):  # fmt: skip
-        # The item's q rows for the tile step: [M, D], or [STREAMS, M, D] read straight as
-        # such (a zero stride over the streams), so that in the loop they go to shared
-        # memory by cp.async and on to the dots by ldmatrix. Loaded [M, D] and broadcast,
-        # they cost 64 two-byte shared stores a tile a thread instead (sm90 SASS).
-        if STREAMS == 1:
-            q = load_q_rows(q_ptr, tok, head, stride_qt, stride_qh, offs_d, io_mask,
-                            k_cache_ptr)  # fmt: skip
-        else:
-            zero = tl.zeros([STREAMS, 1, 1], dtype=tl.int32)
-            offs = tok * stride_qt + head[:, None] * stride_qh + offs_d[None, :]
-            q = tl.load(q_ptr + (offs[None, :, :] + zero), mask=io_mask[None, :, :] & (zero == 0),
-                        other=0.0)  # fmt: skip
-        return q
-
-    @triton.jit
-    def _merged(acc, m_i, l_i, STREAMS: tl.constexpr):
-        # The item's final (acc, max, sum) for the stores: the streams merged.
-        if STREAMS > 1:
-            acc, m_i, l_i = merge_streams(acc, m_i, l_i)
-        return acc, m_i, l_i
 
     @triton.jit(do_not_specialize=["num_seqs", "n_static"])
     def _paged_decode_persistent_kernel(
@@ -367,7 +312,6 @@ if HAS_TRITON:
         PDL: tl.constexpr,
         AHEAD: tl.constexpr = False,
         LEAN: tl.constexpr = False,
-        STREAMS: tl.constexpr = 1,
     ):
         p = tl.program_id(0)
         n_prog = tl.num_programs(0)
@@ -405,7 +349,7 @@ if HAS_TRITON:
 
         offs_m = tl.arange(0, BLOCK_M)
         offs_d = tl.arange(0, DIM_P)
-        offs_t = stream_offsets(TILE, STREAMS)  # [TILE], or [STREAMS, TILE // STREAMS]
+        offs_t = tl.arange(0, TILE)
         head = kv_head * G + offs_m % G
         row_ok = offs_m < G  # one query token: rows G.. are padding of the MMA tile
         io_mask = row_ok[:, None] & (offs_d < HEAD_DIM)[None, :]
@@ -430,9 +374,9 @@ if HAS_TRITON:
             )  # fmt: skip
             tl.debug_barrier()
         head_off = kv_head * stride_ch
-        # q rows loaded where an item starts (the lean loop with one stream), else per tile.
-        Q_PER_ITEM: tl.constexpr = LEAN and AHEAD and STREAMS == 1
-        acc, m_i, l_i = _fresh_state(BLOCK_M, DIM_P, STREAMS)
+        # q rows loaded where an item starts (the lean loop), else per tile.
+        Q_PER_ITEM: tl.constexpr = LEAN and AHEAD
+        acc, m_i, l_i = _fresh_state(BLOCK_M, DIM_P)
         j_base = firsts - los
         if AHEAD:
             # The current item's fields and the next one's (the first with tiles after it),
@@ -471,9 +415,9 @@ if HAS_TRITON:
             j = t - c_jb
             last = t == c_end - 1
             tok = c_tok.to(tl.int64)
-            if not Q_PER_ITEM:  # (with streams, a tile's q rows go by cp.async)
-                q = _load_q(q_ptr, tok, head, stride_qt, stride_qh, offs_d, io_mask,
-                            k_cache_ptr, STREAMS)  # fmt: skip
+            if not Q_PER_ITEM:
+                q = load_q_rows(q_ptr, tok, head, stride_qt, stride_qh, offs_d, io_mask,
+                                k_cache_ptr)  # fmt: skip
             q_abs = tl.zeros([BLOCK_M], dtype=tl.int32) + (seq_len - 1)
             if AHEAD:
                 # The next tile's cache blocks (this item's next, or the next item's first):
@@ -489,27 +433,20 @@ if HAS_TRITON:
             else:
                 bt_row_ptr = block_table_ptr + seq.to(tl.int64) * stride_bt
                 blk = tile_blocks(bt_row_ptr, j, seq_len, offs_t, BLOCK_SIZE, TILE, True)
-            if STREAMS > 1:
-                acc, m_i, l_i = attn_step_streams(
-                    acc, m_i, l_i, q, j, seq_len, blk, k_cache_ptr, v_cache_ptr, head_off,
-                    stride_cb, stride_cs, qk_scale, offs_t, offs_d, BLOCK_SIZE, TILE, IEEE,
-                )  # fmt: skip
-            else:
-                acc, m_i, l_i = attn_step_blocks(
-                    acc, m_i, l_i, q, j, seq_len, q_abs, blk, k_cache_ptr, v_cache_ptr,
-                    head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d, HEAD_DIM,
-                    HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, True, IEEE, K_ROWS, FP8_PAIRS,
-                )  # fmt: skip
+            acc, m_i, l_i = attn_step_blocks(
+                acc, m_i, l_i, q, j, seq_len, q_abs, blk, k_cache_ptr, v_cache_ptr, head_off,
+                stride_cb, stride_cs, qk_scale, offs_t, offs_d, HEAD_DIM, HEAD_DIM == DIM_P,
+                BLOCK_SIZE, TILE, True, IEEE, K_ROWS, FP8_PAIRS,
+            )  # fmt: skip
             if last:
-                f_acc, f_m, f_l = _merged(acc, m_i, l_i, STREAMS)
                 if NUM_SEGS > 1:  # a partial row for the merge, in the unified layout
                     row = (tok * NUM_Q_HEADS + head) * NUM_SEGS + c_seg
                     store_segment_partial(
-                        segm_acc_ptr, segm_max_ptr, segm_sum_ptr, row, row_ok, True, f_acc,
-                        f_m, f_l, offs_d, DIM_P,
+                        segm_acc_ptr, segm_max_ptr, segm_sum_ptr, row, row_ok, True, acc, m_i,
+                        l_i, offs_d, DIM_P,
                     )  # fmt: skip
                 else:
-                    store_out_rows(out_ptr, tok, head, stride_ot, stride_oh, offs_d, f_acc, f_l,
+                    store_out_rows(out_ptr, tok, head, stride_ot, stride_oh, offs_d, acc, l_i,
                                    out_scale, io_mask)  # fmt: skip
             if LEAN and AHEAD:
                 # Only the running max restarts: the next tile's rescale factor is then
@@ -535,11 +472,11 @@ if HAS_TRITON:
                 has_q = tl.load(qsl_ptr + seq + 1) > tok_lo  # graph padding: no query
                 seq_len = tl.where(has_q, tl.load(seq_lens_ptr + seq), 0)
                 tok = tok_lo.to(tl.int64)
-                q = _load_q(q_ptr, tok, head, stride_qt, stride_qh, offs_d, io_mask & has_q,
-                            k_cache_ptr, STREAMS)  # fmt: skip
+                q = load_q_rows(q_ptr, tok, head, stride_qt, stride_qh, offs_d, io_mask & has_q,
+                                k_cache_ptr)  # fmt: skip
                 q_abs = tl.zeros([BLOCK_M], dtype=tl.int32) + (seq_len - 1)
                 bt_row_ptr = block_table_ptr + seq.to(tl.int64) * stride_bt
-                acc, m_i, l_i = _fresh_state(BLOCK_M, DIM_P, STREAMS)
+                acc, m_i, l_i = _fresh_state(BLOCK_M, DIM_P)
                 seq_tiles = tl.cdiv(seq_len, TILE)
                 seg_tiles = tl.cdiv(seq_tiles, NUM_SEGS)
                 j_lo = (i % NUM_SEGS) * seg_tiles
@@ -553,28 +490,19 @@ if HAS_TRITON:
                     blk, blk_next = blocks_step(
                         blk_next, bt_row_ptr, j, seq_len, offs_t, BLOCK_SIZE, TILE, True, AHEAD
                     )  # fmt: skip
-                    if STREAMS > 1:
-                        acc, m_i, l_i = attn_step_streams(
-                            acc, m_i, l_i, q, j, seq_len, blk, k_cache_ptr, v_cache_ptr,
-                            head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d,
-                            BLOCK_SIZE, TILE, IEEE,
-                        )  # fmt: skip
-                    else:
-                        acc, m_i, l_i = attn_step_blocks(
-                            acc, m_i, l_i, q, j, seq_len, q_abs, blk, k_cache_ptr, v_cache_ptr,
-                            head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d,
-                            HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, True, IEEE, K_ROWS,
-                            FP8_PAIRS,
-                        )  # fmt: skip
-                f_acc, f_m, f_l = _merged(acc, m_i, l_i, STREAMS)
+                    acc, m_i, l_i = attn_step_blocks(
+                        acc, m_i, l_i, q, j, seq_len, q_abs, blk, k_cache_ptr, v_cache_ptr,
+                        head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d, HEAD_DIM,
+                        HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, True, IEEE, K_ROWS, FP8_PAIRS,
+                    )  # fmt: skip
                 if NUM_SEGS > 1:  # the segment's partial row (an empty one: max -inf, sum 0)
                     row = (tok * NUM_Q_HEADS + head) * NUM_SEGS + i % NUM_SEGS
                     store_segment_partial(
                         segm_acc_ptr, segm_max_ptr, segm_sum_ptr, row, row_ok & has_q,
-                        j_lo < seq_tiles, f_acc, f_m, f_l, offs_d, DIM_P,
+                        j_lo < seq_tiles, acc, m_i, l_i, offs_d, DIM_P,
                     )  # fmt: skip
                 else:
-                    store_out_rows(out_ptr, tok, head, stride_ot, stride_oh, offs_d, f_acc, f_l,
+                    store_out_rows(out_ptr, tok, head, stride_ot, stride_oh, offs_d, acc, l_i,
                                    out_scale, io_mask & has_q)  # fmt: skip
                 i = tl.atomic_add(ctr_ptr + kv_head, 1, sem="relaxed")
             # The last program out resets this head's counters for the next launch (every
@@ -615,7 +543,6 @@ def paged_decode_persistent(
     timing: torch.Tensor | None = None,
     dynamic_frac: float | None = None,
     maxnreg: int | None = None,
-    streams: int | None = None,
 ) -> torch.Tensor:
     """Decode attention (each sequence 0 or 1 query tokens) with the persistent grid; the
     arguments are paged_attention's. num_segs > 1 splits every sequence into that many
@@ -627,8 +554,7 @@ def paged_decode_persistent(
     timing (benchmarks, compiled only): int64 [num_kv_heads * programs * 4] receives each
     program's start and end globaltimer (ns), SM id and tile count. dynamic_frac: the share
     of sequences whose items are handed out dynamically (None: DYNAMIC_FRAC). maxnreg caps
-    the registers per thread (None: fp8_grid's over fp8 caches, else none; 0: none).
-    streams: the online softmaxes a tile is split into (None: STREAMS; see kernel_streams)."""
+    the registers per thread (None: fp8_grid's over fp8 caches, else none; 0: none)."""
     _, hq, d = q.shape
     _, _, bs, hkv, _ = kv_cache.shape
     num_seqs = seq_lens.shape[0]
@@ -649,7 +575,6 @@ def paged_decode_persistent(
         k_scale = v_scale = 1.0
     kc, vc = kv_cache[0], kv_cache[1]
     dim_p = max(16, _pow2(d))
-    n_streams = kernel_streams(q, kv_cache, tile, dim_p, streams)
     pdl = pdl_enabled(q)
     if num_segs > 1:
         segm = segment_buffers(q.shape[0], hq, num_segs, dim_p, q.device)
@@ -700,9 +625,8 @@ def paged_decode_persistent(
         PDL=pdl,
         AHEAD=BLOCKS_AHEAD,
         LEAN=LEAN_LOOP,
-        STREAMS=n_streams,
         num_warps=num_warps,
-        num_stages=STREAMS_STAGES if n_streams > 1 else num_stages,
+        num_stages=num_stages,
         launch_pdl=pdl,
         **({"maxnreg": maxnreg} if maxnreg else {}),
     )
