@@ -32,6 +32,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
+from strixlm.kernels import attn_tiles  # noqa: E402
 from strixlm.kernels import paged_attention as pa  # noqa: E402
 from strixlm.kernels import paged_decode as pdk  # noqa: E402
 
@@ -39,6 +40,8 @@ BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 # Forward branches over at least this many instructions leave the common path.
 SKIP_MIN = 10
 SHAPE = dict(NUM_Q_HEADS=16, G=2, HEAD_DIM=128, DIM_P=128, BLOCK_SIZE=16, TILE=32)
+# What the launchers pass for a contiguous bf16 cache at this shape.
+PER_BLOCK = attn_tiles.ALIGNED_TILES and attn_tiles.BLOCK_PTRS
 
 
 def _signature(kernel, consts: dict) -> tuple[dict, dict]:
@@ -66,13 +69,14 @@ def compile_ptx(kind: str, stages: int) -> tuple[str, int]:
         consts = dict(SHAPE, BLOCK_M=16, MAX_ITEMS=8, NUM_SEGS=1, IEEE=False, K_ROWS=False,
                       HAS_ORDER=True, FP8_PAIRS=False, FUSE_QK=False, BLOCK_G=2, HALF=64,
                       FP8=False, TIMING=False, DYNAMIC=True, PDL=True,
-                      AHEAD=pdk.BLOCKS_AHEAD, LEAN=pdk.LEAN_LOOP)  # fmt: skip
+                      AHEAD=pdk.BLOCKS_AHEAD, LEAN=pdk.LEAN_LOOP,
+                      PER_BLOCK=PER_BLOCK)  # fmt: skip
     else:
         kernel = pa._paged_attn_kernel
         consts = dict(SHAPE, BLOCK_M=16, BLOCK_Q=8, NUM_SEGS=1, SPLIT=False, IEEE=False,
                       K_ROWS=False, SEQ_GRID=True, HAS_ORDER=True, FP8_PAIRS=False, PDL=True,
                       EARLY=True, AHEAD=pa.UNIFIED_AHEAD, FRESH=False,
-                      SKIP_DECODES=False)  # fmt: skip
+                      SKIP_DECODES=False, PER_BLOCK=PER_BLOCK)  # fmt: skip
     consts = {k: v for k, v in consts.items() if k in kernel.arg_names}
     sig, attrs = _signature(kernel, consts)
     k = triton.compile(ASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),

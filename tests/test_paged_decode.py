@@ -557,30 +557,55 @@ def test_lean_loop_changes_no_value(monkeypatch, segs):
 @pytest.mark.parametrize("segs", [1, 2])
 def test_aligned_tiles_change_no_value(monkeypatch, segs):
     """STRIXLM_ATTN_ALIGNED_TILES (tiles a multiple of the block size: a token's slot and
-    block index within its tile hoisted out of the loops) gives the same bits in the unified
-    kernel (decodes, split, and prompts with a prefix) and the persistent kernel (dealt and
-    dynamic items, at tiles of one and two blocks)."""
+    block index within its tile hoisted out of the loops), with and without the per-block
+    K / V pointers (STRIXLM_ATTN_BLOCK_PTRS), gives the same bits in the unified kernel
+    (decodes with K loaded as [D, TILE] and as rows, split, and prompts with a prefix) and
+    the persistent kernel (dealt and dynamic items, at tiles of one and two blocks)."""
     from strixlm.kernels import attn_tiles
 
-    monkeypatch.setattr(attn_tiles, "_ALIGNED_TILES", triton.language.constexpr(False))
     b = Batch(ROWS, 4, 2, 32, 4, torch.float32, seed=2, pad_tokens=3, pad_seqs=3)
     _poison_unused_slots(b)
     mixed = Batch([(12, 5), (0, 9), (33, 1), (5, 20), (6, 1)], 4, 2, 32, 4, torch.float32,
                   seed=3, pad_tokens=2, pad_seqs=1)  # fmt: skip
     cfg = pa.AttnConfig(16, 16, 4, 2, segs)
+    rows_cfg = pa.AttnConfig(16, 16, 4, 2, segs, k_rows=True)
 
-    def run() -> list[torch.Tensor]:
+    def run(aligned: bool, block_ptrs: bool) -> list[torch.Tensor]:
+        monkeypatch.setattr(attn_tiles, "ALIGNED_TILES", aligned)  # the launchers' PER_BLOCK
+        monkeypatch.setattr(attn_tiles, "BLOCK_PTRS", block_ptrs)
+        monkeypatch.setattr(attn_tiles, "_ALIGNED_TILES", triton.language.constexpr(aligned))
+        assert attn_tiles.per_block_tiles(16, 4, False, b.kv_cache[0], b.kv_cache[1]) == (
+            aligned and block_ptrs
+        )
         decode = pa.paged_attention(*_args(b), max_query_len=1, max_seq_len=72, config=cfg)
+        k_rows = pa.paged_attention(*_args(b), max_query_len=1, max_seq_len=72, config=rows_cfg)
         prompts = pa.paged_attention(*_args(mixed), max_query_len=20, max_seq_len=39, config=cfg)
         two_blocks = pdk.paged_decode_persistent(
             *_args(b), torch.full_like(b.q, float("nan")), block_m=16, tile=32, num_warps=4,
             num_stages=2, k_rows=False, sms=132, num_programs=3, num_segs=segs,
         )  # fmt: skip
-        return [decode[: b.t], _persistent(b, 3, num_segs=segs)[: b.t], two_blocks[: b.t],
-                prompts[: mixed.t]]  # fmt: skip
+        return [decode[: b.t], k_rows[: b.t], _persistent(b, 3, num_segs=segs)[: b.t],
+                two_blocks[: b.t], prompts[: mixed.t]]  # fmt: skip
 
-    before = run()
+    before = run(False, False)
     assert all(torch.isfinite(x).all() for x in before)
-    monkeypatch.setattr(attn_tiles, "_ALIGNED_TILES", triton.language.constexpr(True))
-    for got, want in zip(run(), before, strict=True):
-        assert torch.equal(got, want)
+    for aligned, block_ptrs in ((True, False), (True, True)):
+        for got, want in zip(run(aligned, block_ptrs), before, strict=True):
+            assert torch.equal(got, want), (aligned, block_ptrs)
+
+
+def test_per_block_tiles_needs_whole_blocks_and_aligned_rows():
+    """The launchers take per-block K / V pointers only where the kernels' alignment claim
+    holds: tiles of whole blocks, 16-byte aligned rows, and no fp8 byte-pair loads."""
+    from strixlm.kernels import attn_tiles
+
+    cache = torch.zeros(2, 8, 16, 2, 128, dtype=torch.bfloat16)
+    kc, vc = cache[0], cache[1]
+    assert attn_tiles.per_block_tiles(32, 16, False, kc, vc)
+    assert attn_tiles.per_block_tiles(16, 16, False, kc, vc)
+    assert not attn_tiles.per_block_tiles(16, 32, False, kc, vc)  # a tile inside a block
+    assert not attn_tiles.per_block_tiles(32, 16, True, kc, vc)  # fp8 pairs
+    odd = torch.zeros(2, 8, 16, 2, 68, dtype=torch.bfloat16)  # 136-byte rows
+    assert not attn_tiles.per_block_tiles(32, 16, False, odd[0], odd[1])
+    shifted = torch.zeros(2 * 8 * 16 * 2 * 128 + 1, dtype=torch.bfloat16)[1:].view(cache.shape)
+    assert not attn_tiles.per_block_tiles(32, 16, False, shifted[0], shifted[1])

@@ -2,7 +2,8 @@
 
 Each run compiles in a subprocess (the knobs are read at import, and this suite runs
 triton in interpreter mode), so these are compile-time properties of the loop changes the
-docs cite: the lean loop and the aligned tiles take instructions off a tile's common path.
+docs cite: the lean loop, the aligned tiles and the per-block K / V pointers take
+instructions off a tile's common path.
 """
 
 from __future__ import annotations
@@ -39,21 +40,26 @@ def _loops(tmp_path: Path, *args: str, **knobs: str) -> dict:
 
 
 def test_loop_changes_take_instructions_off_the_tile(tmp_path):
-    default = _loops(tmp_path)  # aligned tiles and the lean loop
+    default = _loops(tmp_path)  # per-block pointers, aligned tiles and the lean loop
+    per_token = _loops(tmp_path, STRIXLM_ATTN_BLOCK_PTRS="0")
     unaligned = _loops(tmp_path, STRIXLM_ATTN_ALIGNED_TILES="0")
     per_tile = _loops(tmp_path, STRIXLM_ATTN_ALIGNED_TILES="0", STRIXLM_ATTN_LEAN_LOOP="0")
-    common = {
-        k: v["tile_loops"][0]["common"]
-        for k, v in dict(default=default, unaligned=unaligned, per_tile=per_tile).items()
-    }
-    assert common["default"] < common["unaligned"] < common["per_tile"], common
+    runs = dict(default=default, per_token=per_token, unaligned=unaligned, per_tile=per_tile)
+    common = {k: v["tile_loops"][0]["common"] for k, v in runs.items()}
+    assert common["default"] < common["per_token"] < common["unaligned"] < common["per_tile"], (
+        common
+    )
+    assert default["tile_loops"][0]["top"].get("LDGSTS") == 16  # K / V still cp.async, 16 B
     assert default["spill_bytes"] == 0 and default["registers"] <= 255
     assert 4 * default["shared_bytes"] <= 228 * 1024  # four programs an SM fit
 
 
 def test_unified_kernel_loops(tmp_path):
     base = _loops(tmp_path, "--kernel", "unified", STRIXLM_ATTN_ALIGNED_TILES="0")
-    aligned = _loops(tmp_path, "--kernel", "unified")
+    per_token = _loops(tmp_path, "--kernel", "unified", STRIXLM_ATTN_BLOCK_PTRS="0")
+    default = _loops(tmp_path, "--kernel", "unified")
     assert len(base["tile_loops"]) == 2  # the unmasked and the masked tile loop
-    for b, a in zip(base["tile_loops"], aligned["tile_loops"], strict=True):
-        assert a["common"] < b["common"], (a, b)
+    for b, a, d in zip(base["tile_loops"], per_token["tile_loops"], default["tile_loops"],
+                       strict=True):  # fmt: skip
+        assert d["common"] < b["common"] and a["common"] < b["common"], (b, a, d)
+    assert default["registers"] < per_token["registers"], (default, per_token)

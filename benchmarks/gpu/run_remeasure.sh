@@ -92,6 +92,9 @@
 #           Triton attention kernels): check_attention --quick (its per-case times: the
 #           unified kernel's decode configs too) and bench_decode_timeline's workload
 #           batches with it on and off, then the bf16 workload alternating
+#   blockptrs aligned tiles' K / V pointers built a block at a time (STRIXLM_ATTN_BLOCK_PTRS,
+#           default since session 41): check_attention --quick, greedy tokens vs HF, then
+#           the bf16 workload on / off alternating after a warm-up
 #   fp8mma  fp8 decode attention on the Gluon kernel (paged_decode_fp8): probe_fp8_mma.py's
 #           segment sweep, check_attention --quick, then the fp8 workload with it on / off
 #           (STRIXLM_ATTN_FP8_MMA=1 / 0), alternating
@@ -487,6 +490,12 @@ if has aligned; then  # tiles on block boundaries: slot / block index hoisted ou
      --variants deal:0.6 --workload 60 200 400 600 --json "$OUT/aligned_off.json")
   run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_ATTN_ALIGNED_TILES tp_aligned on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
+fi
+if has blockptrs; then  # aligned tiles' K / V pointers built per block (STRIXLM_ATTN_BLOCK_PTRS)
+  run attn_check 150 python benchmarks/gpu/check_attention.py --quick
+  run e2e 240 python benchmarks/gpu/check_e2e.py
+  run tp_warm 100 $TP --model qwen3-0.6b
+  ab_tp STRIXLM_ATTN_BLOCK_PTRS tp_bp on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
 fi
 if has fp8serve; then  # the server with fp8 KV beside bf16 KV on the same machine
   SERVE_FLAGS="--kv-cache-dtype fp8" SERVE_TAG=_fp8 bash benchmarks/gpu/run_issue3.sh serve

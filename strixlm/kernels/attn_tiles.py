@@ -27,6 +27,28 @@ CLAMP_IDS = os.environ.get("STRIXLM_ATTN_CLAMP_IDS", "1") == "1"
 # alternating pairs: 28,140-28,176 tok/s against 27,940-27,987 (+0.70%).
 # STRIXLM_ATTN_ALIGNED_TILES=0 restores the per-token address work (read at import).
 ALIGNED_TILES = os.environ.get("STRIXLM_ATTN_ALIGNED_TILES", "1") == "1"
+# Aligned tiles' K / V pointers built a block at a time (PER_BLOCK, see per_block_tiles):
+# one 64-bit pointer per block of the tile, plus each token's 32-bit offset within its
+# block (a loop invariant). Per token, the compiler otherwise formed a 64-bit element
+# offset, scaled it to bytes and added it to the K and V bases. sm90 SASS of a tile's
+# common path (benchmarks/sass_tile_loop.py): persistent kernel 522 -> 481 instructions,
+# unified decode loops 321 -> 311 and 415 -> 385, with 184 -> 150 registers.
+# STRIXLM_ATTN_BLOCK_PTRS=0 keeps the per-token pointers (read at import).
+BLOCK_PTRS = os.environ.get("STRIXLM_ATTN_BLOCK_PTRS", "1") == "1"
+
+
+def per_block_tiles(tile: int, block_size: int, fp8_pairs: bool, kc, vc) -> bool:
+    """Whether the attention kernels build K / V pointers per block (PER_BLOCK): aligned
+    tiles that span whole blocks, 16-bit or fp8 loads (not fp8 pairs), and rows that
+    start on 16 bytes, which the kernels then assert to the compiler (the per-block
+    pointers hide the row alignment it infers from the strides)."""
+    if not (ALIGNED_TILES and BLOCK_PTRS) or fp8_pairs or tile % block_size:
+        return False
+    es = kc.element_size()
+    return all(t.data_ptr() % 16 == 0 for t in (kc, vc)) and all(
+        s * es % 16 == 0 for s in kc.stride()[:3]
+    )
+
 
 if HAS_TRITON:
     import triton
@@ -72,18 +94,25 @@ if HAS_TRITON:
 
     @triton.jit
     def tile_blocks(bt_row_ptr, j, kv_end, offs_t, BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr,
-                    MASKED: tl.constexpr):  # fmt: skip
-        # The cache block of each token of KV tile j (int64). MASKED: past kv_end, 0 (or,
-        # with _CLAMP_IDS, the last block in range); those tokens' K / V are never read.
-        pos = j * TILE + offs_t
+                    MASKED: tl.constexpr, PER_BLOCK: tl.constexpr):  # fmt: skip
+        # The cache block of each token of KV tile j (int64 [TILE]; PER_BLOCK: of each
+        # block of the tile, [TILE // BLOCK_SIZE]). MASKED: past kv_end, 0 (or, with
+        # _CLAMP_IDS, the last block in range); those tokens' K / V are never read.
+        if PER_BLOCK:
+            idx = j * (TILE // BLOCK_SIZE) + tl.arange(0, TILE // BLOCK_SIZE)
+            pos = idx * BLOCK_SIZE  # each block's first position
+        else:
+            pos = j * TILE + offs_t
+            idx = _block_index(pos, j, offs_t, BLOCK_SIZE, TILE)
         if MASKED:
             if _CLAMP_IDS:
                 last = tl.maximum(tl.cdiv(kv_end, BLOCK_SIZE) - 1, 0)
-                idx = tl.minimum(_block_index(pos, j, offs_t, BLOCK_SIZE, TILE), last)
-                return tl.load(bt_row_ptr + idx).to(tl.int64)
-            idx = _block_index(pos, j, offs_t, BLOCK_SIZE, TILE)
-            return tl.load(bt_row_ptr + idx, mask=pos < kv_end, other=0).to(tl.int64)
-        return tl.load(bt_row_ptr + _block_index(pos, j, offs_t, BLOCK_SIZE, TILE)).to(tl.int64)
+                ids = tl.load(bt_row_ptr + tl.minimum(idx, last))
+            else:
+                ids = tl.load(bt_row_ptr + idx, mask=pos < kv_end, other=0)
+        else:
+            ids = tl.load(bt_row_ptr + idx)
+        return ids.to(tl.int64)
 
     @triton.jit
     def _block_index(pos, j, offs_t, BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr):
@@ -97,14 +126,45 @@ if HAS_TRITON:
 
     @triton.jit
     def blocks_step(carried, bt_row_ptr, j, kv_end, offs_t, BLOCK_SIZE: tl.constexpr,
-                    TILE: tl.constexpr, MASKED: tl.constexpr, AHEAD: tl.constexpr):  # fmt: skip
+                    TILE: tl.constexpr, MASKED: tl.constexpr, AHEAD: tl.constexpr,
+                    PER_BLOCK: tl.constexpr):  # fmt: skip
         # (tile j's block ids, what the loop carries to tile j + 1). AHEAD: carried holds
         # tile j's ids and tile j + 1's are loaded now (masked: the lookahead may pass
         # kv_end), so no K / V address waits on a load of its own iteration; else the ids
         # are loaded here and carried passes through untouched.
         if AHEAD:
-            return carried, tile_blocks(bt_row_ptr, j + 1, kv_end, offs_t, BLOCK_SIZE, TILE, True)
-        return tile_blocks(bt_row_ptr, j, kv_end, offs_t, BLOCK_SIZE, TILE, MASKED), carried
+            return carried, tile_blocks(bt_row_ptr, j + 1, kv_end, offs_t, BLOCK_SIZE, TILE, True,
+                                        PER_BLOCK)  # fmt: skip
+        return (tile_blocks(bt_row_ptr, j, kv_end, offs_t, BLOCK_SIZE, TILE, MASKED, PER_BLOCK),
+                carried)  # fmt: skip
+
+    @triton.jit
+    def _token_offsets(blk, pos, offs_t, head_off, stride_cb, stride_cs,
+                       BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr):  # fmt: skip
+        # Each token's element offset in the cache (blk: per token).
+        tok = blk * stride_cb + (pos % BLOCK_SIZE) * stride_cs + head_off
+        if _ALIGNED_TILES:
+            if TILE % BLOCK_SIZE == 0:
+                tok = blk * stride_cb + ((offs_t % BLOCK_SIZE) * stride_cs + head_off)
+        return tok
+
+    @triton.jit
+    def _block_rows(blk, k_cache_ptr, v_cache_ptr, head_off, stride_cb, stride_cs, offs_d,
+                    BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr):  # fmt: skip
+        # K and V row pointers [TILE, D] of a tile of whole blocks (blk: per block): a
+        # 64-bit pointer per block plus each token's 32-bit offset in its block, with the
+        # rows' 16-byte alignment restated (per_block_tiles checked it), which the reshape
+        # hides from the compiler; without it the loads would not vectorize.
+        d: tl.constexpr = offs_d.shape[0]
+        slot = tl.arange(0, BLOCK_SIZE)
+        in_blk = (slot[:, None] * stride_cs + head_off) + offs_d[None, :]
+        kp = tl.reshape((k_cache_ptr + blk * stride_cb)[:, None, None] + in_blk[None, :, :],
+                        [TILE, d])  # fmt: skip
+        vp = tl.reshape((v_cache_ptr + blk * stride_cb)[:, None, None] + in_blk[None, :, :],
+                        [TILE, d])  # fmt: skip
+        kp = tl.max_contiguous(tl.multiple_of(kp, [1, 16]), [1, d])
+        vp = tl.max_contiguous(tl.multiple_of(vp, [1, 16]), [1, d])
+        return kp, vp
 
     @triton.jit
     def attn_step_blocks(
@@ -132,36 +192,44 @@ if HAS_TRITON:
         IEEE: tl.constexpr,
         K_ROWS: tl.constexpr,
         FP8_PAIRS: tl.constexpr,
+        PER_BLOCK: tl.constexpr,
     ):
-        # One online-softmax step over KV tile j, whose tokens' cache blocks are blk
-        # (tile_blocks): a caller that loads them a tile ahead keeps every K / V address
-        # free of a same-iteration load, which lets Triton's pipeliner multi-buffer them.
+        # One online-softmax step over KV tile j, whose cache blocks are blk (tile_blocks,
+        # per token or PER_BLOCK): a caller that loads them a tile ahead keeps every K / V
+        # address free of a same-iteration load, which lets Triton's pipeliner multi-buffer
+        # them.
         pos = j * TILE + offs_t
         pos_ok = pos < kv_end  # read (and kept) only when MASKED
-        tok = blk * stride_cb + (pos % BLOCK_SIZE) * stride_cs + head_off
-        if _ALIGNED_TILES:
-            if TILE % BLOCK_SIZE == 0:
-                tok = blk * stride_cb + ((offs_t % BLOCK_SIZE) * stride_cs + head_off)
-        # Both tiles as [TILE, D]: one contiguous row of D values per token. K is transposed
-        # in registers for the dot (K_ROWS), or loaded as [D, TILE] directly (the old path).
-        rows_ptr = tok[:, None] + offs_d[None, :]
         if FP8_PAIRS:  # fp8 cache, 16-bit q, compiled for the GPU, HEAD_DIM a power of two
-            ok_t = pos < kv_end
-            v = _load_fp8_rows_f16(v_cache_ptr, tok, ok_t, HEAD_DIM, TILE)
-            k = tl.trans(_load_fp8_rows_f16(k_cache_ptr, tok, ok_t, HEAD_DIM, TILE))
-        elif MASKED or not EVEN_D:
-            ok = (pos < kv_end)[:, None] & (offs_d < HEAD_DIM)[None, :]
-            v = tl.load(v_cache_ptr + rows_ptr, mask=ok, other=0.0)
-            if K_ROWS:
-                k = tl.trans(tl.load(k_cache_ptr + rows_ptr, mask=ok, other=0.0))
-            else:
-                k = tl.load(k_cache_ptr + tl.trans(rows_ptr), mask=tl.trans(ok), other=0.0)
+            tok = _token_offsets(blk, pos, offs_t, head_off, stride_cb, stride_cs, BLOCK_SIZE,
+                                 TILE)  # fmt: skip
+            v = _load_fp8_rows_f16(v_cache_ptr, tok, pos_ok, HEAD_DIM, TILE)
+            k = tl.trans(_load_fp8_rows_f16(k_cache_ptr, tok, pos_ok, HEAD_DIM, TILE))
         else:
-            v = tl.load(v_cache_ptr + rows_ptr)
-            if K_ROWS:
-                k = tl.trans(tl.load(k_cache_ptr + rows_ptr))
+            # Both tiles as [TILE, D]: one contiguous row of D values per token. K is
+            # transposed in registers for the dot (K_ROWS), or loaded as [D, TILE] directly.
+            if PER_BLOCK:
+                kp, vp = _block_rows(blk, k_cache_ptr, v_cache_ptr, head_off, stride_cb,
+                                     stride_cs, offs_d, BLOCK_SIZE, TILE)  # fmt: skip
             else:
-                k = tl.load(k_cache_ptr + tl.trans(rows_ptr))
+                tok = _token_offsets(blk, pos, offs_t, head_off, stride_cb, stride_cs,
+                                     BLOCK_SIZE, TILE)  # fmt: skip
+                rows = tok[:, None] + offs_d[None, :]
+                kp = k_cache_ptr + rows
+                vp = v_cache_ptr + rows
+            if MASKED or not EVEN_D:
+                ok = pos_ok[:, None] & (offs_d < HEAD_DIM)[None, :]
+                v = tl.load(vp, mask=ok, other=0.0)
+                if K_ROWS:
+                    k = tl.trans(tl.load(kp, mask=ok, other=0.0))
+                else:
+                    k = tl.load(tl.trans(kp), mask=tl.trans(ok), other=0.0)
+            else:
+                v = tl.load(vp)
+                if K_ROWS:
+                    k = tl.trans(tl.load(kp))
+                else:
+                    k = tl.load(tl.trans(kp))
         return softmax_update(acc, m_i, l_i, q, k, v, qk_scale, pos, pos_ok, q_abs, MASKED, IEEE)
 
     @triton.jit

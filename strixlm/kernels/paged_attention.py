@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from strixlm.kernels import paged_decode_fp8 as fp8_mma
+from strixlm.kernels.attn_tiles import per_block_tiles
 from strixlm.kernels.dispatch import sm_count
 from strixlm.kernels.env_knobs import env_float, env_int
 from strixlm.kernels.kv_write import FP8_DTYPE, HAS_TRITON
@@ -283,6 +284,7 @@ if HAS_TRITON:
         AHEAD: tl.constexpr = False,
         FRESH: tl.constexpr = False,
         SKIP_DECODES: tl.constexpr = False,
+        PER_BLOCK: tl.constexpr = False,
     ):
         # FRESH (unsplit launches only): each sequence's new tokens are read from the step's
         # K / V rows (k_new_ptr / v_new_ptr, [T, Hkv, D]) and only its cached prefix from the
@@ -362,25 +364,29 @@ if HAS_TRITON:
         # With AHEAD the loops carry the next tile's block ids (blocks_step); else a
         # placeholder that blocks_step passes through.
         blk_next = (
-            tile_blocks(bt_row_ptr, lo, kv_end, offs_t, BLOCK_SIZE, TILE, True) if AHEAD else lo
+            tile_blocks(bt_row_ptr, lo, kv_end, offs_t, BLOCK_SIZE, TILE, True, PER_BLOCK)
+            if AHEAD
+            else lo
         )
         for j in range(lo, mid):
             blk, blk_next = blocks_step(
-                blk_next, bt_row_ptr, j, kv_end, offs_t, BLOCK_SIZE, TILE, False, AHEAD
+                blk_next, bt_row_ptr, j, kv_end, offs_t, BLOCK_SIZE, TILE, False, AHEAD, PER_BLOCK
             )  # fmt: skip
             acc, m_i, l_i = attn_step_blocks(
                 acc, m_i, l_i, q, j, kv_end, q_abs, blk, k_cache_ptr, v_cache_ptr,
                 head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d,
                 HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, False, IEEE, K_ROWS, FP8_PAIRS,
+                PER_BLOCK,
             )  # fmt: skip
         for j in range(mid, hi):
             blk, blk_next = blocks_step(
-                blk_next, bt_row_ptr, j, kv_end, offs_t, BLOCK_SIZE, TILE, True, AHEAD
+                blk_next, bt_row_ptr, j, kv_end, offs_t, BLOCK_SIZE, TILE, True, AHEAD, PER_BLOCK
             )  # fmt: skip
             acc, m_i, l_i = attn_step_blocks(
                 acc, m_i, l_i, q, j, kv_end, q_abs, blk, k_cache_ptr, v_cache_ptr,
                 head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d,
                 HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, True, IEEE, K_ROWS, FP8_PAIRS,
+                PER_BLOCK,
             )  # fmt: skip
         if FRESH:
             # The new tokens after the prefix (the online softmax does not depend on the
@@ -567,6 +573,7 @@ def paged_attention(
     else:
         segm_acc = segm_max = segm_sum = out  # never touched; any pointer will do
     fresh = not split and not seq_grid and fresh_rows(q, kv_cache, k_new, v_new)
+    pairs = fp8_pairs(q, kv_cache)
     if not fresh:
         k_new = v_new = q  # never read without FRESH
     _paged_attn_kernel[(n_q_blocks, hkv, cfg.num_splits)](
@@ -605,12 +612,13 @@ def paged_attention(
         K_ROWS=cfg.k_rows,
         SEQ_GRID=seq_grid,
         HAS_ORDER=seq_grid and seq_order is not None,
-        FP8_PAIRS=fp8_pairs(q, kv_cache),
+        FP8_PAIRS=pairs,
         PDL=pdl,
         EARLY=pdl and EARLY_LOADS,
         AHEAD=UNIFIED_AHEAD,
         FRESH=fresh,
         SKIP_DECODES=mixed_fp8,
+        PER_BLOCK=per_block_tiles(cfg.tile, bs, pairs, kc, vc),
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         launch_pdl=pdl,

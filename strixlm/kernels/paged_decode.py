@@ -34,6 +34,7 @@ import os
 
 import torch
 
+from strixlm.kernels.attn_tiles import per_block_tiles
 from strixlm.kernels.env_knobs import env_float, env_int
 from strixlm.kernels.kv_write import FP8_DTYPE, HAS_TRITON
 from strixlm.kernels.paged_attention import (
@@ -312,6 +313,7 @@ if HAS_TRITON:
         PDL: tl.constexpr,
         AHEAD: tl.constexpr = False,
         LEAN: tl.constexpr = False,
+        PER_BLOCK: tl.constexpr = False,
     ):
         p = tl.program_id(0)
         n_prog = tl.num_programs(0)
@@ -390,7 +392,7 @@ if HAS_TRITON:
             )  # fmt: skip
             blk_next = tile_blocks(
                 block_table_ptr + c_seq.to(tl.int64) * stride_bt, 0 - c_jb,
-                tl.where(total > 0, c_len, 0), offs_t, BLOCK_SIZE, TILE, True,
+                tl.where(total > 0, c_len, 0), offs_t, BLOCK_SIZE, TILE, True, PER_BLOCK,
             )  # fmt: skip
             if Q_PER_ITEM:  # the first item's q rows (zeros if there is none)
                 q = load_q_rows(q_ptr, c_tok.to(tl.int64), head, stride_qt, stride_qh, offs_d,
@@ -428,15 +430,16 @@ if HAS_TRITON:
                     block_table_ptr + tl.where(last, n_seq, c_seq).to(tl.int64) * stride_bt,
                     tl.where(last, t + 1 - n_jb, j + 1),
                     tl.where(t + 1 < total, tl.where(last, n_len, c_len), 0), offs_t,
-                    BLOCK_SIZE, TILE, True,
+                    BLOCK_SIZE, TILE, True, PER_BLOCK,
                 )  # fmt: skip
             else:
                 bt_row_ptr = block_table_ptr + seq.to(tl.int64) * stride_bt
-                blk = tile_blocks(bt_row_ptr, j, seq_len, offs_t, BLOCK_SIZE, TILE, True)
+                blk = tile_blocks(bt_row_ptr, j, seq_len, offs_t, BLOCK_SIZE, TILE, True, PER_BLOCK)
             acc, m_i, l_i = attn_step_blocks(
                 acc, m_i, l_i, q, j, seq_len, q_abs, blk, k_cache_ptr, v_cache_ptr, head_off,
                 stride_cb, stride_cs, qk_scale, offs_t, offs_d, HEAD_DIM, HEAD_DIM == DIM_P,
                 BLOCK_SIZE, TILE, True, IEEE, K_ROWS, FP8_PAIRS,
+                PER_BLOCK,
             )  # fmt: skip
             if last:
                 if NUM_SEGS > 1:  # a partial row for the merge, in the unified layout
@@ -482,18 +485,22 @@ if HAS_TRITON:
                 j_lo = (i % NUM_SEGS) * seg_tiles
                 j_hi = tl.minimum(j_lo + seg_tiles, seq_tiles)
                 blk_next = (
-                    tile_blocks(bt_row_ptr, j_lo, seq_len, offs_t, BLOCK_SIZE, TILE, True)
+                    tile_blocks(
+                        bt_row_ptr, j_lo, seq_len, offs_t, BLOCK_SIZE, TILE, True, PER_BLOCK
+                    )
                     if AHEAD
                     else j_lo
                 )
                 for j in range(j_lo, j_hi):
                     blk, blk_next = blocks_step(
-                        blk_next, bt_row_ptr, j, seq_len, offs_t, BLOCK_SIZE, TILE, True, AHEAD
+                        blk_next, bt_row_ptr, j, seq_len, offs_t, BLOCK_SIZE, TILE, True, AHEAD,
+                        PER_BLOCK,
                     )  # fmt: skip
                     acc, m_i, l_i = attn_step_blocks(
                         acc, m_i, l_i, q, j, seq_len, q_abs, blk, k_cache_ptr, v_cache_ptr,
                         head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d, HEAD_DIM,
                         HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, True, IEEE, K_ROWS, FP8_PAIRS,
+                        PER_BLOCK,
                     )  # fmt: skip
                 if NUM_SEGS > 1:  # the segment's partial row (an empty one: max -inf, sum 0)
                     row = (tok * NUM_Q_HEADS + head) * NUM_SEGS + i % NUM_SEGS
@@ -575,6 +582,7 @@ def paged_decode_persistent(
         k_scale = v_scale = 1.0
     kc, vc = kv_cache[0], kv_cache[1]
     dim_p = max(16, _pow2(d))
+    pairs = fp8_pairs(q, kv_cache)
     pdl = pdl_enabled(q)
     if num_segs > 1:
         segm = segment_buffers(q.shape[0], hq, num_segs, dim_p, q.device)
@@ -615,7 +623,7 @@ def paged_decode_persistent(
         IEEE=q.dtype == torch.float32,
         K_ROWS=k_rows,
         HAS_ORDER=seq_order is not None,
-        FP8_PAIRS=fp8_pairs(q, kv_cache),
+        FP8_PAIRS=pairs,
         FUSE_QK=qk is not None,
         BLOCK_G=max(2, _pow2(g)),
         HALF=d // 2,
@@ -625,6 +633,7 @@ def paged_decode_persistent(
         PDL=pdl,
         AHEAD=BLOCKS_AHEAD,
         LEAN=LEAN_LOOP,
+        PER_BLOCK=per_block_tiles(tile, bs, pairs, kc, vc),
         num_warps=num_warps,
         num_stages=num_stages,
         launch_pdl=pdl,
