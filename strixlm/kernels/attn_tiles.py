@@ -284,34 +284,28 @@ if HAS_TRITON:
     ):  # fmt: skip
         # The online-softmax update with one KV tile: k [D, TILE] and v [TILE, D] at
         # positions pos; scores times s_scale (log2 units); MASKED applies the causal limit
-        # (q_abs per row; None for decode rows, whose one query sits at the last position)
-        # and pos_ok (the positions that exist). P_SCALED: the tile's
+        # (q_abs per row) and pos_ok (the positions that exist). P_SCALED: the tile's
         # values weigh p_scale times its probabilities in the output (not in the sum).
         if IEEE:
             s = tl.dot(q, k.to(q.dtype), input_precision="ieee")
         else:
             s = tl.dot(q, k.to(q.dtype))
+        s = s * s_scale
         if MASKED:
-            ok = pos_ok[None, :]
-            if q_abs is not None:  # None: one query, at the last position (decode)
-                ok = ok & (pos[None, :] <= q_abs[:, None])
-            s = tl.where(ok, s, float("-inf"))
-        return online_softmax(acc, m_i, l_i, q, s, v, IEEE, p_scale, P_SCALED, s_scale)
+            s = tl.where((pos[None, :] <= q_abs[:, None]) & pos_ok[None, :], s, float("-inf"))
+        return online_softmax(acc, m_i, l_i, q, s, v, IEEE, p_scale, P_SCALED)
 
     @triton.jit
     def online_softmax(
-        acc, m_i, l_i, q, s, v, IEEE: tl.constexpr, p_scale=1.0, P_SCALED: tl.constexpr = False,
-        s_scale=1.0,
-    ):  # fmt: skip
+        acc, m_i, l_i, q, s, v, IEEE: tl.constexpr, p_scale=1.0, P_SCALED: tl.constexpr = False
+    ):
         # The state (acc [..., M, D], running max and sum [..., M]) after one tile's scores s
-        # [..., M, T] (-inf where masked) and values v [..., T, D], with any leading batch
-        # dims; s_scale (> 0) takes the scores to log2 units. It is applied to each row's
-        # max and inside exp2's argument (one fma an element, not a multiply before the
-        # max). P_SCALED: see softmax_update.
-        m_new = tl.maximum(m_i, tl.max(s, axis=-1) * s_scale)
+        # [..., M, T] (log2 units, -inf where masked) and values v [..., T, D], with any
+        # leading batch dims. P_SCALED: see softmax_update.
+        m_new = tl.maximum(m_i, tl.max(s, axis=-1))
         # A row can be fully masked so far (split segments): keep exp2 away from -inf - -inf.
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp2(s * s_scale - tl.expand_dims(m_safe, -1))
+        p = tl.exp2(s - tl.expand_dims(m_safe, -1))
         alpha = tl.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, axis=-1)
         acc = acc * tl.expand_dims(alpha, -1)

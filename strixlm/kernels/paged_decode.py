@@ -420,6 +420,7 @@ if HAS_TRITON:
             if not Q_PER_ITEM:
                 q = load_q_rows(q_ptr, tok, head, stride_qt, stride_qh, offs_d, io_mask,
                                 k_cache_ptr)  # fmt: skip
+            q_abs = tl.zeros([BLOCK_M], dtype=tl.int32) + (seq_len - 1)
             if AHEAD:
                 # The next tile's cache blocks (this item's next, or the next item's first):
                 # tile t's K / V addresses then depend on no load of this iteration, and the
@@ -428,14 +429,14 @@ if HAS_TRITON:
                 blk_next = tile_blocks(
                     block_table_ptr + tl.where(last, n_seq, c_seq).to(tl.int64) * stride_bt,
                     tl.where(last, t + 1 - n_jb, j + 1),
-                    tl.where(last, n_len, c_len), offs_t,  # past the last item: length 0
+                    tl.where(t + 1 < total, tl.where(last, n_len, c_len), 0), offs_t,
                     BLOCK_SIZE, TILE, True, PER_BLOCK,
                 )  # fmt: skip
             else:
                 bt_row_ptr = block_table_ptr + seq.to(tl.int64) * stride_bt
                 blk = tile_blocks(bt_row_ptr, j, seq_len, offs_t, BLOCK_SIZE, TILE, True, PER_BLOCK)
             acc, m_i, l_i = attn_step_blocks(
-                acc, m_i, l_i, q, j, seq_len, None, blk, k_cache_ptr, v_cache_ptr, head_off,
+                acc, m_i, l_i, q, j, seq_len, q_abs, blk, k_cache_ptr, v_cache_ptr, head_off,
                 stride_cb, stride_cs, qk_scale, offs_t, offs_d, HEAD_DIM, HEAD_DIM == DIM_P,
                 BLOCK_SIZE, TILE, True, IEEE, K_ROWS, FP8_PAIRS,
                 PER_BLOCK,
@@ -476,6 +477,7 @@ if HAS_TRITON:
                 tok = tok_lo.to(tl.int64)
                 q = load_q_rows(q_ptr, tok, head, stride_qt, stride_qh, offs_d, io_mask & has_q,
                                 k_cache_ptr)  # fmt: skip
+                q_abs = tl.zeros([BLOCK_M], dtype=tl.int32) + (seq_len - 1)
                 bt_row_ptr = block_table_ptr + seq.to(tl.int64) * stride_bt
                 acc, m_i, l_i = _fresh_state(BLOCK_M, DIM_P)
                 seq_tiles = tl.cdiv(seq_len, TILE)
@@ -495,7 +497,7 @@ if HAS_TRITON:
                         PER_BLOCK,
                     )  # fmt: skip
                     acc, m_i, l_i = attn_step_blocks(
-                        acc, m_i, l_i, q, j, seq_len, None, blk, k_cache_ptr, v_cache_ptr,
+                        acc, m_i, l_i, q, j, seq_len, q_abs, blk, k_cache_ptr, v_cache_ptr,
                         head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d, HEAD_DIM,
                         HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, True, IEEE, K_ROWS, FP8_PAIRS,
                         PER_BLOCK,
