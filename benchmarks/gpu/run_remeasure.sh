@@ -95,6 +95,10 @@
 #   blockptrs aligned tiles' K / V pointers built a block at a time (STRIXLM_ATTN_BLOCK_PTRS,
 #           default since session 41): check_attention --quick, greedy tokens vs HF, then
 #           the bf16 workload on / off alternating after a warm-up
+#   trims   the two parts of session 41's losing bundle (-0.9% together), each alone:
+#           the persistent kernel's one-query score mask (STRIXLM_ATTN_DECODE_MASK=1) and
+#           the score scale folded into exp2's argument (STRIXLM_ATTN_FOLD_SCALE=1):
+#           check_attention --quick with both, then the bf16 workload on / off for each
 #   fp8mma  fp8 decode attention on the Gluon kernel (paged_decode_fp8): probe_fp8_mma.py's
 #           segment sweep, check_attention --quick, then the fp8 workload with it on / off
 #           (STRIXLM_ATTN_FP8_MMA=1 / 0), alternating
@@ -496,6 +500,13 @@ if has blockptrs; then  # aligned tiles' K / V pointers built per block (STRIXLM
   run e2e 240 python benchmarks/gpu/check_e2e.py
   run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_ATTN_BLOCK_PTRS tp_bp on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
+fi
+if has trims; then  # session 41's lost bundle, one part at a time (opt-in switches)
+  (export STRIXLM_ATTN_FOLD_SCALE=1 STRIXLM_ATTN_DECODE_MASK=1
+   run attn_check_trims 150 python benchmarks/gpu/check_attention.py --quick)
+  run tp_warm 100 $TP --model qwen3-0.6b
+  ab_tp STRIXLM_ATTN_DECODE_MASK tp_dmask on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
+  ab_tp STRIXLM_ATTN_FOLD_SCALE tp_fold on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
 fi
 if has fp8serve; then  # the server with fp8 KV beside bf16 KV on the same machine
   SERVE_FLAGS="--kv-cache-dtype fp8" SERVE_TAG=_fp8 bash benchmarks/gpu/run_issue3.sh serve

@@ -131,6 +131,13 @@ PERSISTENT_STAGES = env_int("STRIXLM_ATTN_PERSISTENT_STAGES", 3)
 # runs against 28,247-28,318 in six. STRIXLM_ATTN_LEAN_LOOP=0 keeps the per-tile q and
 # resets (read at import).
 LEAN_LOOP = os.environ.get("STRIXLM_ATTN_LEAN_LOOP", "1") == "1"
+# The scores' mask as the length test alone (one query per sequence, at its last position:
+# the causal limit adds nothing). sm90 SASS: 471 -> 456 instructions a tile with
+# attn_tiles.FOLD_SCALE. Bundled with it, it lost 0.9% on the bf16 workload (session 41);
+# opt-in until measured alone: STRIXLM_ATTN_DECODE_MASK=1 (read at import).
+DECODE_MASK = os.environ.get("STRIXLM_ATTN_DECODE_MASK", "0") == "1"
+if HAS_TRITON:
+    _DECODE_MASK = tl.constexpr(DECODE_MASK)
 # From this many sequences per program up to PERSISTENT_MIN_ITEMS, two segments per
 # sequence (x1.02 at batch 48 and 64 in the same sweep; four or more segments lost 1-10%
 # there, and below batch 33 the unified kernel's own split won). 0 disables the split.
@@ -237,6 +244,16 @@ if HAS_TRITON:
             tl.sum(tl.where(sel, q_lo, 0), axis=0),
             tl.sum(tl.where(sel, segs, 0), axis=0),
         )
+
+    @triton.jit
+    def _decode_limit(seq_len, BLOCK_M: tl.constexpr):
+        # The causal limit of a decode row (its one query at the last position): None with
+        # _DECODE_MASK, where the length test alone masks the scores.
+        if _DECODE_MASK:
+            q_abs = None
+        else:
+            q_abs = tl.zeros([BLOCK_M], dtype=tl.int32) + (seq_len - 1)
+        return q_abs
 
     @triton.jit
     def _fresh_state(BLOCK_M: tl.constexpr, DIM_P: tl.constexpr):
@@ -420,7 +437,7 @@ if HAS_TRITON:
             if not Q_PER_ITEM:
                 q = load_q_rows(q_ptr, tok, head, stride_qt, stride_qh, offs_d, io_mask,
                                 k_cache_ptr)  # fmt: skip
-            q_abs = tl.zeros([BLOCK_M], dtype=tl.int32) + (seq_len - 1)
+            q_abs = _decode_limit(seq_len, BLOCK_M)
             if AHEAD:
                 # The next tile's cache blocks (this item's next, or the next item's first):
                 # tile t's K / V addresses then depend on no load of this iteration, and the
@@ -477,7 +494,7 @@ if HAS_TRITON:
                 tok = tok_lo.to(tl.int64)
                 q = load_q_rows(q_ptr, tok, head, stride_qt, stride_qh, offs_d, io_mask & has_q,
                                 k_cache_ptr)  # fmt: skip
-                q_abs = tl.zeros([BLOCK_M], dtype=tl.int32) + (seq_len - 1)
+                q_abs = _decode_limit(seq_len, BLOCK_M)
                 bt_row_ptr = block_table_ptr + seq.to(tl.int64) * stride_bt
                 acc, m_i, l_i = _fresh_state(BLOCK_M, DIM_P)
                 seq_tiles = tl.cdiv(seq_len, TILE)
