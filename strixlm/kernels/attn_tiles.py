@@ -31,9 +31,11 @@ ALIGNED_TILES = os.environ.get("STRIXLM_ATTN_ALIGNED_TILES", "1") == "1"
 # one 64-bit pointer per block of the tile, plus each token's 32-bit offset within its
 # block (a loop invariant). Per token, the compiler otherwise formed a 64-bit element
 # offset, scaled it to bytes and added it to the K and V bases. sm90 SASS of a tile's
-# common path (benchmarks/sass_tile_loop.py): persistent kernel 522 -> 481 instructions,
-# unified decode loops 321 -> 311 and 415 -> 385, with 184 -> 150 registers.
-# STRIXLM_ATTN_BLOCK_PTRS=0 keeps the per-token pointers (read at import).
+# common path (benchmarks/sass_tile_loop.py): persistent kernel 520 -> 480 instructions,
+# unified decode loops 322 / 415 -> 304 / 388, with 184 -> 150 registers. H200 (session
+# 41), the bf16 workload in three alternating pairs: 28,567-28,617 tok/s against
+# 28,438-28,532 (+0.40%). STRIXLM_ATTN_BLOCK_PTRS=0 keeps the per-token pointers (read
+# at import).
 BLOCK_PTRS = os.environ.get("STRIXLM_ATTN_BLOCK_PTRS", "1") == "1"
 # The score scale applied inside exp2's argument and to each row's max (one fma an element)
 # instead of multiplying every score before the max. sm90 SASS: 480 -> 471 instructions a
