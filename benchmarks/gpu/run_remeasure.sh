@@ -99,6 +99,12 @@
 #           the persistent kernel's one-query score mask (STRIXLM_ATTN_DECODE_MASK=1) and
 #           the score scale folded into exp2's argument (STRIXLM_ATTN_FOLD_SCALE=1):
 #           check_attention --quick with both, then the bf16 workload on / off for each
+#   tile64  64-token decode tiles (STRIXLM_ATTN_DECODE_TILE=64) at 3 stages, which take
+#           72 KB of shared memory a persistent program, so three programs an SM
+#           (STRIXLM_ATTN_PERSISTENT_CTAS=3): check_attention --quick, then the bf16
+#           workload against the default alternating. sm90 SASS: 740 instructions a
+#           64-token tile (11.6 a token) against 480 a 32-token tile (15.0), with 96 KB of
+#           K / V in flight an SM against 64 KB
 #   fp8mma  fp8 decode attention on the Gluon kernel (paged_decode_fp8): probe_fp8_mma.py's
 #           segment sweep, check_attention --quick, then the fp8 workload with it on / off
 #           (STRIXLM_ATTN_FP8_MMA=1 / 0), alternating
@@ -507,6 +513,17 @@ if has trims; then  # session 41's lost bundle, one part at a time (opt-in switc
   run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_ATTN_DECODE_MASK tp_dmask on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
   ab_tp STRIXLM_ATTN_FOLD_SCALE tp_fold on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
+fi
+if has tile64; then  # 64-token decode tiles at 3 stages, three programs an SM (env only)
+  (export STRIXLM_ATTN_DECODE_TILE=64 STRIXLM_ATTN_PERSISTENT_CTAS=3
+   run attn_check_tile64 150 python benchmarks/gpu/check_attention.py --quick)
+  run tp_warm 100 $TP --model qwen3-0.6b
+  for i in 1 2 3; do
+    (export STRIXLM_ATTN_DECODE_TILE=64 STRIXLM_ATTN_PERSISTENT_CTAS=3
+     run "tp_t64_$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_t64_$i.json")
+    run "tp_t32_$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_t32_$i.json"
+  done
+  grep "strixlm  " "$OUT"/tp_t*.log
 fi
 if has fp8serve; then  # the server with fp8 KV beside bf16 KV on the same machine
   SERVE_FLAGS="--kv-cache-dtype fp8" SERVE_TAG=_fp8 bash benchmarks/gpu/run_issue3.sh serve
