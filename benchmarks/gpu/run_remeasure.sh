@@ -105,6 +105,10 @@
 #           workload against the default alternating. sm90 SASS: 740 instructions a
 #           64-token tile (11.6 a token) against 480 a 32-token tile (15.0), with 96 KB of
 #           K / V in flight an SM against 64 KB
+#   ctas5   five persistent programs an SM (STRIXLM_ATTN_PERSISTENT_CTAS=5) against four:
+#           at 180 registers (session 41) five fit one wave by registers (5 x 64 x 184 of
+#           65,536) and shared memory (5 x 37.9 KB); in session 29, five spilled into a
+#           second wave and ran 28% slower
 #   fp8mma  fp8 decode attention on the Gluon kernel (paged_decode_fp8): probe_fp8_mma.py's
 #           segment sweep, check_attention --quick, then the fp8 workload with it on / off
 #           (STRIXLM_ATTN_FP8_MMA=1 / 0), alternating
@@ -524,6 +528,10 @@ if has tile64; then  # 64-token decode tiles at 3 stages, three programs an SM (
     run "tp_t32_$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_t32_$i.json"
   done
   grep "strixlm  " "$OUT"/tp_t*.log
+fi
+if has ctas5; then  # five persistent programs an SM, which registers now allow (env only)
+  run tp_warm 100 $TP --model qwen3-0.6b
+  ab_tp STRIXLM_ATTN_PERSISTENT_CTAS tp_ctas five1:5 four1:4 five2:5 four2:4 five3:5 four3:4
 fi
 if has fp8serve; then  # the server with fp8 KV beside bf16 KV on the same machine
   SERVE_FLAGS="--kv-cache-dtype fp8" SERVE_TAG=_fp8 bash benchmarks/gpu/run_issue3.sh serve
