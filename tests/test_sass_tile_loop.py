@@ -50,6 +50,9 @@ def test_loop_changes_take_instructions_off_the_tile(tmp_path):
         common
     )
     assert default["tile_loops"][0]["top"].get("LDGSTS") == 16  # K / V still cp.async, 16 B
+    # 64-token tiles (run_remeasure.sh tile64) spread a tile's fixed work over more tokens.
+    t64 = _loops(tmp_path, "--tile", "64")
+    assert t64["tile"] == 64 and t64["tile_loops"][0]["common"] < 2 * common["default"]
     assert default["spill_bytes"] == 0 and default["registers"] <= 255
     assert 4 * default["shared_bytes"] <= 228 * 1024  # four programs an SM fit
 
