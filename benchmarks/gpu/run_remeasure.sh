@@ -109,6 +109,11 @@
 #           at 180 registers (session 41) five fit one wave by registers (5 x 64 x 184 of
 #           65,536) and shared memory (5 x 37.9 KB); in session 29, five spilled into a
 #           second wave and ran 28% slower
+#   warp1   one-warp decode programs (STRIXLM_ATTN_DECODE_WARPS=1), six persistent programs
+#           an SM (STRIXLM_ATTN_PERSISTENT_CTAS=6; shared memory allows six, registers
+#           eight): check_attention --quick, then the workload against the default
+#           alternating. sm90 SASS of a 32-token persistent tile: 684 warp-instructions and
+#           2 barriers against 2 x 480 and 9; 255 registers, no spill
 #   fp8mma  fp8 decode attention on the Gluon kernel (paged_decode_fp8): probe_fp8_mma.py's
 #           segment sweep, check_attention --quick, then the fp8 workload with it on / off
 #           (STRIXLM_ATTN_FP8_MMA=1 / 0), alternating
@@ -532,6 +537,17 @@ fi
 if has ctas5; then  # five persistent programs an SM, which registers now allow (env only)
   run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_ATTN_PERSISTENT_CTAS tp_ctas five1:5 four1:4 five2:5 four2:4 five3:5 four3:4
+fi
+if has warp1; then  # one-warp decode programs, six persistent programs an SM (env only)
+  (export STRIXLM_ATTN_DECODE_WARPS=1 STRIXLM_ATTN_PERSISTENT_CTAS=6
+   run attn_check_warp1 150 python benchmarks/gpu/check_attention.py --quick)
+  run tp_warm 100 $TP --model qwen3-0.6b
+  for i in 1 2 3; do
+    (export STRIXLM_ATTN_DECODE_WARPS=1 STRIXLM_ATTN_PERSISTENT_CTAS=6
+     run "tp_w1_$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_w1_$i.json")
+    run "tp_w2_$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_w2_$i.json"
+  done
+  grep "strixlm  " "$OUT"/tp_w*.log
 fi
 if has fp8serve; then  # the server with fp8 KV beside bf16 KV on the same machine
   SERVE_FLAGS="--kv-cache-dtype fp8" SERVE_TAG=_fp8 bash benchmarks/gpu/run_issue3.sh serve
