@@ -1,6 +1,7 @@
 """Instructions a KV tile costs in the attention kernels' sm90 code, without a GPU.
 
-python benchmarks/sass_tile_loop.py [--kernel persistent|unified] [--tile N] [--stages N]
+python benchmarks/sass_tile_loop.py [--kernel persistent|unified] [--tile N] [--warps N]
+                                    [--stages N]
                                     [--json PATH]
 
 Compiles the Qwen3-0.6B decode config (bf16 cache, 16 q rows, 32-token tiles over 16-token
@@ -62,7 +63,7 @@ def _signature(kernel, consts: dict) -> tuple[dict, dict]:
     return sig, {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
 
 
-def compile_ptx(kind: str, stages: int) -> tuple[str, int]:
+def compile_ptx(kind: str, stages: int, warps: int = 2) -> tuple[str, int]:
     """(PTX, shared bytes) of the kernel at the decode config, this process's knobs."""
     if kind == "persistent":
         kernel = pdk._paged_decode_persistent_kernel
@@ -80,7 +81,7 @@ def compile_ptx(kind: str, stages: int) -> tuple[str, int]:
     consts = {k: v for k, v in consts.items() if k in kernel.arg_names}
     sig, attrs = _signature(kernel, consts)
     k = triton.compile(ASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
-                       options=dict(num_warps=2, num_stages=stages))  # fmt: skip
+                       options=dict(num_warps=warps, num_stages=stages))  # fmt: skip
     return k.asm["ptx"], k.metadata.shared
 
 
@@ -124,29 +125,32 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kernel", choices=["persistent", "unified"], default="persistent")
     ap.add_argument("--tile", type=int, default=SHAPE["TILE"], help="KV tokens a tile")
+    ap.add_argument("--warps", type=int, default=2, help="warps a program")
     ap.add_argument("--stages", type=int, default=None,
                     help="pipeline stages (default: the engine's for the config)")  # fmt: skip
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     stages = args.stages or 3
     SHAPE["TILE"] = args.tile
-    ptx, shared = compile_ptx(args.kernel, stages)
+    ptx, shared = compile_ptx(args.kernel, stages, args.warps)
     report, sass = assemble(ptx)
     regs = re.search(r"Used (\d+) registers", report)
     spill = re.search(r"(\d+) bytes spill stores", report)
     loops = tile_loops(sass)
     n_tile = 1 if args.kernel == "persistent" else 2  # the first loops are the tile loops
     knobs = {k: v for k, v in sorted(os.environ.items()) if k.startswith("STRIXLM_ATTN_")}
-    out = dict(kernel=args.kernel, tile=args.tile, stages=stages, knobs=knobs,
+    out = dict(kernel=args.kernel, tile=args.tile, warps=args.warps, stages=stages, knobs=knobs,
                registers=int(regs.group(1)) if regs else None,
                spill_bytes=int(spill.group(1)) if spill else None, shared_bytes=shared,
                tile_loops=loops[:n_tile])  # fmt: skip
-    print(f"{args.kernel}, tile {args.tile}, {stages} stages, knobs {knobs or 'default'}:"
+    print(f"{args.kernel}, tile {args.tile}, {args.warps} warps, {stages} stages, "
+          f"knobs {knobs or 'default'}:"
           f" {out['registers']} registers, {out['spill_bytes']} bytes spilled, "
           f"{shared} bytes shared")  # fmt: skip
     for i, lp in enumerate(out["tile_loops"]):
         print(f"  tile loop {i}: {lp['common']} instructions on the common path "
-              f"({lp['common'] / args.tile:.1f} a token; of {lp['size']}), "
+              f"({lp['common'] * args.warps / args.tile:.1f} warp-instructions a token; "
+              f"of {lp['size']}), "
               f"{lp['barriers']} barriers; {lp['top']}")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
