@@ -292,6 +292,18 @@ ab_fp8() {  # ENV_VAR LABEL:VALUE...: a warm-up, then the workload with fp8 KV o
   done
   grep "strixlm  \|achieved" "$OUT"/tp_fp8_*.log
 }
+ab_env() {  # PREFIX "VAR=VALUE ...": check_attention under those settings, a warm-up, then
+  # the workload with them / without, alternating, three pairs
+  local prefix=$1 settings=$2 i
+  (export $settings; run "attn_check_$prefix" 150 python benchmarks/gpu/check_attention.py --quick)
+  run tp_warm 100 $TP --model qwen3-0.6b
+  for i in 1 2 3; do
+    (export $settings; run "tp_${prefix}_on$i" 100 $TP --model qwen3-0.6b \
+      --output-json "$OUT/tp_${prefix}_on$i.json")
+    run "tp_${prefix}_off$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_${prefix}_off$i.json"
+  done
+  grep "strixlm  " "$OUT"/tp_"$prefix"_*.log
+}
 ab_base() {  # PAIRS: warm-ups, then the workload alternating $BASE's snapshot / this one
   run tp_warm 100 $TP --model qwen3-0.6b
   (cd "$BASE" && export PYTHONPATH=$BASE && run tp_base_warm 100 $TP --model qwen3-0.6b)
@@ -524,30 +536,14 @@ if has trims; then  # session 41's lost bundle, one part at a time (opt-in switc
   ab_tp STRIXLM_ATTN_FOLD_SCALE tp_fold on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
 fi
 if has tile64; then  # 64-token decode tiles at 3 stages, three programs an SM (env only)
-  (export STRIXLM_ATTN_DECODE_TILE=64 STRIXLM_ATTN_PERSISTENT_CTAS=3
-   run attn_check_tile64 150 python benchmarks/gpu/check_attention.py --quick)
-  run tp_warm 100 $TP --model qwen3-0.6b
-  for i in 1 2 3; do
-    (export STRIXLM_ATTN_DECODE_TILE=64 STRIXLM_ATTN_PERSISTENT_CTAS=3
-     run "tp_t64_$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_t64_$i.json")
-    run "tp_t32_$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_t32_$i.json"
-  done
-  grep "strixlm  " "$OUT"/tp_t*.log
+  ab_env tile64 "STRIXLM_ATTN_DECODE_TILE=64 STRIXLM_ATTN_PERSISTENT_CTAS=3"
 fi
 if has ctas5; then  # five persistent programs an SM, which registers now allow (env only)
   run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_ATTN_PERSISTENT_CTAS tp_ctas five1:5 four1:4 five2:5 four2:4 five3:5 four3:4
 fi
 if has warp1; then  # one-warp decode programs, six persistent programs an SM (env only)
-  (export STRIXLM_ATTN_DECODE_WARPS=1 STRIXLM_ATTN_PERSISTENT_CTAS=6
-   run attn_check_warp1 150 python benchmarks/gpu/check_attention.py --quick)
-  run tp_warm 100 $TP --model qwen3-0.6b
-  for i in 1 2 3; do
-    (export STRIXLM_ATTN_DECODE_WARPS=1 STRIXLM_ATTN_PERSISTENT_CTAS=6
-     run "tp_w1_$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_w1_$i.json")
-    run "tp_w2_$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_w2_$i.json"
-  done
-  grep "strixlm  " "$OUT"/tp_w*.log
+  ab_env warp1 "STRIXLM_ATTN_DECODE_WARPS=1 STRIXLM_ATTN_PERSISTENT_CTAS=6"
 fi
 if has fp8serve; then  # the server with fp8 KV beside bf16 KV on the same machine
   SERVE_FLAGS="--kv-cache-dtype fp8" SERVE_TAG=_fp8 bash benchmarks/gpu/run_issue3.sh serve
