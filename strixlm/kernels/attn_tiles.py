@@ -300,19 +300,18 @@ if HAS_TRITON:
             s = tl.dot(q, k.to(q.dtype), input_precision="ieee")
         else:
             s = tl.dot(q, k.to(q.dtype))
-        if not _FOLD_SCALE:
+        if _FOLD_SCALE:
+            exp_scale = s_scale  # applied by online_softmax
+        else:
             s = s * s_scale
+            exp_scale = 1.0
         if MASKED:
             if q_abs is None:  # decode rows: one query, at the last position
                 ok = pos_ok[None, :]
             else:
                 ok = (pos[None, :] <= q_abs[:, None]) & pos_ok[None, :]
             s = tl.where(ok, s, float("-inf"))
-        if _FOLD_SCALE:
-            res = online_softmax(acc, m_i, l_i, q, s, v, IEEE, p_scale, P_SCALED, s_scale)
-        else:
-            res = online_softmax(acc, m_i, l_i, q, s, v, IEEE, p_scale, P_SCALED)
-        return res
+        return online_softmax(acc, m_i, l_i, q, s, v, IEEE, p_scale, P_SCALED, exp_scale)
 
     @triton.jit
     def online_softmax(

@@ -393,8 +393,9 @@ if HAS_TRITON:
             )  # fmt: skip
             tl.debug_barrier()
         head_off = kv_head * stride_ch
-        # q rows loaded where an item starts (the lean loop), else per tile.
-        Q_PER_ITEM: tl.constexpr = LEAN and AHEAD
+        # The lean loop (items looked up ahead): q rows loaded where an item starts, not per
+        # tile, and only the running max reset where one ends.
+        LEAN_ITEMS: tl.constexpr = LEAN and AHEAD
         acc, m_i, l_i = _fresh_state(BLOCK_M, DIM_P)
         j_base = firsts - los
         if AHEAD:
@@ -411,7 +412,7 @@ if HAS_TRITON:
                 block_table_ptr + c_seq.to(tl.int64) * stride_bt, 0 - c_jb,
                 tl.where(total > 0, c_len, 0), offs_t, BLOCK_SIZE, TILE, True, PER_BLOCK,
             )  # fmt: skip
-            if Q_PER_ITEM:  # the first item's q rows (zeros if there is none)
+            if LEAN_ITEMS:  # the first item's q rows (zeros if there is none)
                 q = load_q_rows(q_ptr, c_tok.to(tl.int64), head, stride_qt, stride_qh, offs_d,
                                 io_mask & (total > 0), k_cache_ptr)  # fmt: skip
         for t in range(0, total):
@@ -422,7 +423,7 @@ if HAS_TRITON:
                     n_seq, n_len, n_jb, n_end, n_tok, n_seg = _tile_item(
                         c_end, idx, seqs, lens, j_base, ends, q_lo, segs
                     )  # fmt: skip
-                    if Q_PER_ITEM:
+                    if LEAN_ITEMS:
                         q = load_q_rows(q_ptr, c_tok.to(tl.int64), head, stride_qt, stride_qh,
                                         offs_d, io_mask, k_cache_ptr)  # fmt: skip
             else:  # the item of tile t, looked up at every tile
@@ -434,7 +435,7 @@ if HAS_TRITON:
             j = t - c_jb
             last = t == c_end - 1
             tok = c_tok.to(tl.int64)
-            if not Q_PER_ITEM:
+            if not LEAN_ITEMS:
                 q = load_q_rows(q_ptr, tok, head, stride_qt, stride_qh, offs_d, io_mask,
                                 k_cache_ptr)  # fmt: skip
             q_abs = _decode_limit(seq_len, BLOCK_M)
@@ -468,7 +469,7 @@ if HAS_TRITON:
                 else:
                     store_out_rows(out_ptr, tok, head, stride_ot, stride_oh, offs_d, acc, l_i,
                                    out_scale, io_mask)  # fmt: skip
-            if LEAN and AHEAD:
+            if LEAN_ITEMS:
                 # Only the running max restarts: the next tile's rescale factor is then
                 # exp2(-inf) = 0, which clears acc and l_i exactly (no selects for them).
                 m_i = tl.where(last, float("-inf"), m_i)
