@@ -95,6 +95,10 @@
 #   blockptrs aligned tiles' K / V pointers built a block at a time (STRIXLM_ATTN_BLOCK_PTRS,
 #           default since session 41): check_attention --quick, greedy tokens vs HF, then
 #           the bf16 workload on / off alternating after a warm-up
+#   screen  session 42's candidates side by side, per launch before any workload A/B:
+#           bench_decode_timeline.py --workload 150 300 450 600 700 800 under each of
+#           SCREEN_CONFIGS (label=VAR=VALUE,VAR=VALUE; the default first and last, for
+#           drift), summed per config; then check_attention --quick under one-warp programs
 #   trims   the two parts of session 41's losing bundle (-0.9% together), each alone:
 #           the persistent kernel's one-query score mask (STRIXLM_ATTN_DECODE_MASK=1) and
 #           the score scale folded into exp2's argument (STRIXLM_ATTN_FOLD_SCALE=1):
@@ -527,6 +531,25 @@ if has blockptrs; then  # aligned tiles' K / V pointers built per block (STRIXLM
   run e2e 240 python benchmarks/gpu/check_e2e.py
   run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_ATTN_BLOCK_PTRS tp_bp on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
+fi
+if has screen; then  # candidates per launch (persistent decode kernel), then a check
+  W=STRIXLM_ATTN_DECODE_WARPS C=STRIXLM_ATTN_PERSISTENT_CTAS T=STRIXLM_ATTN_DECODE_TILE
+  for cfg in ${SCREEN_CONFIGS:-default= warp1c6=$W=1,$C=6 warp1c5=$W=1,$C=5 \
+      tile64c3=$T=64,$C=3 tile64s2c4=$T=64,STRIXLM_ATTN_PERSISTENT_STAGES=2,$C=4 ctas5=$C=5 \
+      dmask=STRIXLM_ATTN_DECODE_MASK=1 fold=STRIXLM_ATTN_FOLD_SCALE=1 default2=}; do
+    label=${cfg%%=*} settings=${cfg#*=}
+    (for kv in ${settings//,/ }; do export "$kv"; done
+     run "screen_$label" 90 python benchmarks/gpu/bench_decode_timeline.py \
+       --workload 150 300 450 600 700 800 --variants deal:0.6 --json "$OUT/screen_$label.json")
+  done
+  python - "$OUT" <<'PY'
+import glob, json, sys
+for p in sorted(glob.glob(sys.argv[1] + "/screen_*.json")):
+    us = [round(r["us_per_launch"], 1) for r in json.load(open(p))]
+    print(f"{p.rsplit('/', 1)[1][7:-5]:>12}: {sum(us):7.1f} us over the six batches {us}")
+PY
+  (export STRIXLM_ATTN_DECODE_WARPS=1 STRIXLM_ATTN_PERSISTENT_CTAS=6
+   run attn_check_warp1 150 python benchmarks/gpu/check_attention.py --quick)
 fi
 if has trims; then  # session 41's lost bundle, one part at a time (opt-in switches)
   (export STRIXLM_ATTN_FOLD_SCALE=1 STRIXLM_ATTN_DECODE_MASK=1
