@@ -98,7 +98,8 @@
 #   screen  session 42's candidates side by side, per launch before any workload A/B:
 #           bench_decode_timeline.py --workload 150 300 450 600 700 800 under each of
 #           SCREEN_CONFIGS (label=VAR=VALUE,VAR=VALUE; the default first and last, for
-#           drift), summed per config; then check_attention --quick under one-warp programs
+#           drift; SCREEN_STEPS other steps), summed per config; then (default configs
+#           only) check_attention --quick under one-warp programs
 #   trims   the two parts of session 41's losing bundle (-0.9% together), each alone:
 #           the persistent kernel's one-query score mask (STRIXLM_ATTN_DECODE_MASK=1) and
 #           the score scale folded into exp2's argument (STRIXLM_ATTN_FOLD_SCALE=1):
@@ -540,15 +541,15 @@ if has screen; then  # candidates per launch (persistent decode kernel), then a 
     label=${cfg%%=*} settings=${cfg#*=}
     (for kv in ${settings//,/ }; do export "$kv"; done
      run "screen_$label" 90 python benchmarks/gpu/bench_decode_timeline.py \
-       --workload 150 300 450 600 700 800 --variants deal:0.6 --json "$OUT/screen_$label.json")
+       --workload ${SCREEN_STEPS:-150 300 450 600 700 800} --variants deal:0.6 --json "$OUT/screen_$label.json")
   done
   python - "$OUT" <<'PY'
 import glob, json, sys
 for p in sorted(glob.glob(sys.argv[1] + "/screen_*.json")):
     us = [round(r["us_per_launch"], 1) for r in json.load(open(p))]
-    print(f"{p.rsplit('/', 1)[1][7:-5]:>12}: {sum(us):7.1f} us over the six batches {us}")
+    print(f"{p.rsplit('/', 1)[1][7:-5]:>12}: {sum(us):7.1f} us over the batches {us}")
 PY
-  (export STRIXLM_ATTN_DECODE_WARPS=1 STRIXLM_ATTN_PERSISTENT_CTAS=6
+  [[ -n $SCREEN_CONFIGS ]] || (export STRIXLM_ATTN_DECODE_WARPS=1 STRIXLM_ATTN_PERSISTENT_CTAS=6
    run attn_check_warp1 150 python benchmarks/gpu/check_attention.py --quick)
 fi
 if has trims; then  # session 41's lost bundle, one part at a time (opt-in switches)
