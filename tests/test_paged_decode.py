@@ -116,6 +116,15 @@ def test_persistent_heuristic(monkeypatch):
     assert pdk.persistent_programs(256, 8, 132) == 66
     cfg = sel(16, 8, 128, 256, 1, 2048, 132)
     assert cfg.persistent and cfg.num_stages == pdk.PERSISTENT_STAGES and cfg.num_splits == 1
+    # 1.0 to 1.45 sequences per program (b66-b95): the mid-batch grid, unsplit.
+    for b in (66, 82, 83, 95):
+        cfg = sel(16, 8, 128, b, 1, 2048, 132)
+        assert cfg.persistent and cfg.num_splits == 1
+        assert (cfg.tile, cfg.ctas_per_sm) == (pdk.MID_GRID_TILE, pdk.MID_GRID_CTAS)
+    for b in (65, 96, 256):
+        assert sel(16, 8, 128, b, 1, 2048, 132).ctas_per_sm == 0
+    assert sel(16, 8, 128, 71, 1, 2048, 132, fp8=True).ctas_per_sm == 0  # fp8: fp8_grid's
+    monkeypatch.setattr(pdk, "MID_GRID_ENABLED", False)  # STRIXLM_ATTN_MID_GRID=0
     assert sel(16, 8, 128, 83, 1, 2048, 132).num_splits == 1  # 1.26 sequences per program
     # Below that, down to 0.6 per program: two segments per sequence.
     assert sel(16, 8, 128, 82, 1, 2048, 132) == sel(16, 8, 128, 40, 1, 2048, 132)
@@ -138,6 +147,27 @@ def test_persistent_heuristic(monkeypatch):
     assert not cfg.persistent and cfg.num_splits == 1
     monkeypatch.setattr(pdk, "PERSISTENT_ENABLED", False)  # STRIXLM_ATTN_PERSISTENT=0
     assert not sel(16, 8, 128, 256, 1, 2048, 132).persistent
+
+
+def test_mid_grid_dispatch(monkeypatch):
+    """A batch of 1.0-1.45 sequences a default-grid program takes the mid-batch grid through
+    paged_attention: MID_GRID_CTAS programs an SM, MID_GRID_TILE-token tiles over 16-token
+    blocks, unsplit, and matches the reference (fp16, longest-first order)."""
+    monkeypatch.setattr(pa, "num_sms", lambda device: 4)  # 8 default programs a kv head
+    b = Batch(ROWS, 8, 2, 64, 16, torch.float16, seed=9)  # 11 sequences: 1.375 a program
+    lens = b.seq_lens
+    order = torch.tensor(sorted(range(len(lens)), key=lambda i: -lens[i]), dtype=torch.int32)
+    launches, real = [], pdk.paged_decode_persistent
+    monkeypatch.setattr(
+        pdk, "paged_decode_persistent", lambda *a, **k: launches.append(k) or real(*a, **k)
+    )
+    got = pa.paged_attention(*_args(b), max_query_len=1, max_seq_len=512, seq_order=order)
+    (k,) = launches
+    assert (k["tile"], k["ctas_per_sm"], k["num_segs"]) == (64, 3, 1)
+    assert pdk.persistent_programs(len(lens), 2, 4, k["ctas_per_sm"]) == 6
+    ref = pa.paged_attention_ref(b.q.float(), b.kv_cache.float(), b.query_lens, b.seq_lens,
+                                 b.block_table, 0.2)  # fmt: skip
+    assert rel_err(got[: b.t], ref)[0] < 3e-3
 
 
 @pytest.mark.parametrize(("segs", "n_prog"), [(2, 1), (2, 5), (4, 3), (8, 7)])

@@ -126,7 +126,7 @@ def run_shape(name: str, ctxs: list[int], variant: str, want=None) -> dict:
     assert cfg.persistent, cfg
     kind, frac = variant.split(":")
     assert kind == "deal", variant
-    n_prog = pdk.persistent_programs(b * cfg.num_splits, HKV, sms)
+    n_prog = pdk.persistent_programs(b * cfg.num_splits, HKV, sms, cfg.ctas_per_sm)
     order = torch.tensor(sorted(range(b), key=lambda i: -ctxs[i]), dtype=torch.int32, device=dev)
     timing = torch.zeros((LAYERS, HKV * n_prog, 4), dtype=torch.int64, device=dev)
     outs = [torch.empty_like(q) for _ in range(2)]

@@ -100,6 +100,11 @@
 #           SCREEN_CONFIGS (label=VAR=VALUE,VAR=VALUE; the default first and last, for
 #           drift; SCREEN_STEPS other steps), summed per config; then (default configs
 #           only) check_attention --quick under one-warp programs
+#   midgrid the mid-batch grid (paged_decode.mid_grid: 64-token tiles, three programs an SM,
+#           unsplit, at 1.0-1.45 sequences a default-grid program; STRIXLM_ATTN_MID_GRID,
+#           default since session 42): bench_decode_timeline.py at the workload's steps
+#           650-900 with it on / off, then the bf16 workload on / off alternating after a
+#           warm-up (three pairs)
 #   trims   the two parts of session 41's losing bundle (-0.9% together), each alone:
 #           the persistent kernel's one-query score mask (STRIXLM_ATTN_DECODE_MASK=1) and
 #           the score scale folded into exp2's argument (STRIXLM_ATTN_FOLD_SCALE=1):
@@ -551,6 +556,16 @@ for p in sorted(glob.glob(sys.argv[1] + "/screen_*.json")):
 PY
   [[ -n $SCREEN_CONFIGS ]] || (export STRIXLM_ATTN_DECODE_WARPS=1 STRIXLM_ATTN_PERSISTENT_CTAS=6
    run attn_check_warp1 150 python benchmarks/gpu/check_attention.py --quick)
+fi
+if has midgrid; then  # the mid-batch grid on / off: per launch, then the workload
+  for v in 1 0; do
+    STRIXLM_ATTN_MID_GRID=$v run "midgrid_timeline$v" 90 \
+      python benchmarks/gpu/bench_decode_timeline.py --workload 650 675 700 725 750 775 800 \
+      825 850 --variants deal:0.6 --json "$OUT/midgrid_timeline$v.json"
+    grep -E "us/launch" "$OUT/midgrid_timeline$v.log" | cut -c1-80
+  done
+  run tp_warm 100 $TP --model qwen3-0.6b
+  ab_tp STRIXLM_ATTN_MID_GRID tp_mid on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
 fi
 if has trims; then  # session 41's lost bundle, one part at a time (opt-in switches)
   (export STRIXLM_ATTN_FOLD_SCALE=1 STRIXLM_ATTN_DECODE_MASK=1

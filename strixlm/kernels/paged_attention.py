@@ -27,7 +27,7 @@ unspecified.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -117,6 +117,7 @@ class AttnConfig:
     num_splits: int = 1  # > 1: split-K with that many KV segments
     k_rows: bool = False  # load K as [TILE, D] rows (contiguous per token) and transpose
     persistent: bool = False  # decode: paged_decode's persistent grid (one query per seq)
+    ctas_per_sm: int = 0  # persistent grid's programs an SM (0: its default)
 
 
 def _pow2(n: int) -> int:
@@ -185,11 +186,15 @@ def select_config(
         warps = 8 if dp >= 128 else 4
         cfg = AttnConfig(block_m, tile, num_warps=warps, num_stages=2, k_rows=DEFAULT_K_ROWS)
     from strixlm.kernels.paged_decode import (
+        MID_GRID_CTAS,
+        MID_GRID_TILE,
         PERSISTENT_STAGES,
+        mid_grid,
         persistent_segments,
         use_persistent,
     )
 
+    ctas = 0
     if num_splits is None:
         # The persistent grid when it has enough items, splitting small batches; else the
         # unified kernel, split when its programs would leave SMs idle.
@@ -199,6 +204,9 @@ def select_config(
         persistent = segs >= 1 and DECODE_SPLITS <= 0
         if persistent:
             num_splits = segs
+            if not fp8 and dp <= 128 and mid_grid(num_seqs, num_kv_heads, max_query_len, sms):
+                num_splits, ctas = 1, MID_GRID_CTAS
+                cfg = replace(cfg, tile=MID_GRID_TILE)
         else:
             num_splits = choose_num_splits(
                 num_seqs, num_kv_heads, max_query_len, max_seq_len, cfg.tile, sms
@@ -213,6 +221,7 @@ def select_config(
         max(1, num_splits),
         cfg.k_rows,
         persistent,
+        ctas if persistent else 0,
     )
 
 
@@ -557,7 +566,7 @@ def paged_attention(
             block_m=cfg.block_m, tile=cfg.tile, num_warps=cfg.num_warps,
             num_stages=cfg.num_stages, k_rows=cfg.k_rows, sms=num_sms(q.device),
             k_scale=k_scale, v_scale=v_scale, seq_order=seq_order, num_segs=cfg.num_splits,
-            qk=qk_prologue if fuse_qk else None,
+            qk=qk_prologue if fuse_qk else None, ctas_per_sm=cfg.ctas_per_sm,
         )  # fmt: skip
     if mixed_fp8:
         fp8_mma.paged_decode_fp8(

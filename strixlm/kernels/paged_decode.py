@@ -142,6 +142,20 @@ if HAS_TRITON:
 # sequence (x1.02 at batch 48 and 64 in the same sweep; four or more segments lost 1-10%
 # there, and below batch 33 the unified kernel's own split won). 0 disables the split.
 PERSISTENT_SPLIT_MIN_ITEMS = env_float("STRIXLM_ATTN_PERSISTENT_SPLIT_MIN", 0.6)
+# Mid batches: from MID_GRID_MIN to MID_GRID_MAX sequences a default-grid program (b66-b95
+# for Qwen3-0.6B's 8 kv heads on 132 SMs), where the default grid runs ~one sequence a
+# program (split in two below 1.25), the grid takes MID_GRID_CTAS programs an SM with
+# MID_GRID_TILE-token tiles, unsplit: each program walks 1.35-1.9 sequences in half as many
+# tiles. H200 (session 42, bench_decode_timeline.py --workload, us a launch, default vs
+# 64-token tiles at three an SM): b98 119.9 vs 119.6, b93 118.0 / 115.7, b85 113.7 / 108.4,
+# b78 108.5 / 101.0, b71 104.2 / 96.2, b63 86.6 / 89.8; from b105 up the default grid wins
+# (b110 128.2 vs 136.7, b129 142.7 / 144.6). bf16 / fp16 caches only (fp8 has fp8_grid).
+# STRIXLM_ATTN_MID_GRID=0 turns it off (read at import, for A/B runs).
+MID_GRID_ENABLED = os.environ.get("STRIXLM_ATTN_MID_GRID", "1") != "0"
+MID_GRID_MIN = env_float("STRIXLM_ATTN_MID_GRID_MIN", 1.0)
+MID_GRID_MAX = env_float("STRIXLM_ATTN_MID_GRID_MAX", 1.45)
+MID_GRID_CTAS = env_int("STRIXLM_ATTN_MID_GRID_CTAS", 3)
+MID_GRID_TILE = env_int("STRIXLM_ATTN_MID_GRID_TILE", 64)
 # Share of the sequences (the shortest, last in the longest-first order) whose items are
 # handed out dynamically instead of dealt (0 = all dealt). bench_decode_timeline.py (H200,
 # 2026-12-01): with a static deal programs ended 13-58 us apart within 130-270 us launches,
@@ -190,6 +204,16 @@ def fp8_grid(items: int, num_kv_heads: int, sms: int) -> tuple[int | None, int]:
     if ctas and items >= FP8_GRID_MIN_ITEMS * persistent_programs(items, num_kv_heads, sms, ctas):
         return ctas, FP8_MAXNREG
     return None, 0
+
+
+def mid_grid(num_seqs: int, num_kv_heads: int, max_query_len: int, sms: int) -> bool:
+    """Whether a decode batch takes the mid-batch grid (MID_GRID_CTAS programs an SM,
+    MID_GRID_TILE-token tiles, unsplit): MID_GRID_MIN <= sequences a default-grid program
+    (uncapped by the batch) < MID_GRID_MAX."""
+    if not (MID_GRID_ENABLED and PERSISTENT_ENABLED) or max_query_len != 1:
+        return False
+    full = max(1, (sms * PERSISTENT_CTAS_PER_SM) // max(1, num_kv_heads))
+    return MID_GRID_MIN * full <= num_seqs < MID_GRID_MAX * full
 
 
 def use_persistent(num_seqs: int, num_kv_heads: int, max_query_len: int, sms: int) -> bool:
@@ -568,6 +592,7 @@ def paged_decode_persistent(
     timing: torch.Tensor | None = None,
     dynamic_frac: float | None = None,
     maxnreg: int | None = None,
+    ctas_per_sm: int = 0,
 ) -> torch.Tensor:
     """Decode attention (each sequence 0 or 1 query tokens) with the persistent grid; the
     arguments are paged_attention's. num_segs > 1 splits every sequence into that many
@@ -579,14 +604,16 @@ def paged_decode_persistent(
     timing (benchmarks, compiled only): int64 [num_kv_heads * programs * 4] receives each
     program's start and end globaltimer (ns), SM id and tile count. dynamic_frac: the share
     of sequences whose items are handed out dynamically (None: DYNAMIC_FRAC). maxnreg caps
-    the registers per thread (None: fp8_grid's over fp8 caches, else none; 0: none)."""
+    the registers per thread (None: fp8_grid's over fp8 caches, else none; 0: none).
+    ctas_per_sm (bf16 / fp16 caches; 0: PERSISTENT_CTAS_PER_SM) sizes the grid unless
+    num_programs does."""
     _, hq, d = q.shape
     _, _, bs, hkv, _ = kv_cache.shape
     num_seqs = seq_lens.shape[0]
     g = hq // hkv
     assert block_m >= g
     items = num_seqs * num_segs
-    ctas, cap = fp8_grid(items, hkv, sms) if kv_cache.dtype == FP8_DTYPE else (None, 0)
+    ctas, cap = fp8_grid(items, hkv, sms) if kv_cache.dtype == FP8_DTYPE else (ctas_per_sm, 0)
     maxnreg = cap if maxnreg is None else maxnreg  # 0: no cap
     n_prog = num_programs or persistent_programs(items, hkv, sms, ctas)
     # The fused q/k prologue covers the dealt sequences only: no dynamic ones with it.
