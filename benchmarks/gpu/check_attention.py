@@ -418,6 +418,8 @@ def cases(quick: bool) -> list[Case]:
             if quick and (b, ctx) not in ((1, 8192), (64, 2048), (256, 2048)):
                 continue
             cs.append(Case(f"decode b{b} ctx{ctx}", [(ctx - 1, 1)] * b))
+    # 80 sequences of 600-1999 tokens: the mid-batch grid (paged_decode.mid_grid) on an H200.
+    cs.append(Case("decode b80 ctx600-2000", [(599 + i * 97 % 1400, 1) for i in range(80)]))
     cs.append(Case("decode b64 ctx2048 fp8", [(2047, 1)] * 64, kvw.FP8_DTYPE))
     cs.append(Case("decode b1 ctx8192 fp8", [(8191, 1)], kvw.FP8_DTYPE))
     # The Triton fp8 decode kernels, still the path off sm90 or with STRIXLM_ATTN_FP8_MMA=0.
