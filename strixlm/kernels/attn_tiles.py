@@ -41,7 +41,8 @@ BLOCK_PTRS = os.environ.get("STRIXLM_ATTN_BLOCK_PTRS", "1") == "1"
 # instead of multiplying every score before the max. sm90 SASS: 480 -> 471 instructions a
 # persistent tile, unified decode loops 304 / 388 -> 298 / 382. Bundled with the one-query
 # decode mask (paged_decode.DECODE_MASK) it lost 0.9% on the bf16 workload (session 41);
-# opt-in until measured alone: STRIXLM_ATTN_FOLD_SCALE=1 (read at import).
+# alone it is even with the default a launch (877.5 vs 877.5 us over six workload batches,
+# bench_decode_timeline.py; H200, session 42). Off; STRIXLM_ATTN_FOLD_SCALE=1 (at import).
 FOLD_SCALE = os.environ.get("STRIXLM_ATTN_FOLD_SCALE", "0") == "1"
 
 

@@ -70,7 +70,9 @@ if HAS_TRITON:
 
 # Programs per SM: four 2-warp programs fill an SM at tile 64 (registers); five or six
 # spill into a second wave. At tile 32 with K / V double-buffered, five ran 28% slower than
-# four (session 29, bench_decode_timeline.py --workload).
+# four (session 29, bench_decode_timeline.py --workload); at 180 registers (session 42)
+# still 20% slower (1,057.5 vs 877.5 us over six workload batches), and one-warp programs
+# at five or six an SM 6-8% slower (928.7 / 949.2 us). See also MID_GRID_* below.
 # H200, sweep_decode_attn.py --persistent (2026-12-01): 4/SM beat the unified kernel by
 # 2-10% from batch 128 up, 2-3/SM lost 5-25%, and at batch 64 (one sequence per program) it
 # lost 7%.
@@ -134,7 +136,8 @@ LEAN_LOOP = os.environ.get("STRIXLM_ATTN_LEAN_LOOP", "1") == "1"
 # The scores' mask as the length test alone (one query per sequence, at its last position:
 # the causal limit adds nothing). sm90 SASS: 471 -> 456 instructions a tile with
 # attn_tiles.FOLD_SCALE. Bundled with it, it lost 0.9% on the bf16 workload (session 41);
-# opt-in until measured alone: STRIXLM_ATTN_DECODE_MASK=1 (read at import).
+# alone it is 13% slower a launch (bench_decode_timeline.py --workload, six batches: 991.4
+# vs 877.5 us; H200, session 42). Off; STRIXLM_ATTN_DECODE_MASK=1 (read at import).
 DECODE_MASK = os.environ.get("STRIXLM_ATTN_DECODE_MASK", "0") == "1"
 if HAS_TRITON:
     _DECODE_MASK = tl.constexpr(DECODE_MASK)
