@@ -616,7 +616,8 @@ def paged_decode_persistent(
     g = hq // hkv
     assert block_m >= g
     items = num_seqs * num_segs
-    ctas, cap = fp8_grid(items, hkv, sms) if kv_cache.dtype == FP8_DTYPE else (ctas_per_sm, 0)
+    fp8 = kv_cache.dtype == FP8_DTYPE
+    ctas, cap = fp8_grid(items, hkv, sms) if fp8 else (ctas_per_sm or None, 0)
     maxnreg = cap if maxnreg is None else maxnreg  # 0: no cap
     n_prog = num_programs or persistent_programs(items, hkv, sms, ctas)
     # The fused q/k prologue covers the dealt sequences only: no dynamic ones with it.
