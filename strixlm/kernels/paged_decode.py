@@ -152,7 +152,9 @@ PERSISTENT_SPLIT_MIN_ITEMS = env_float("STRIXLM_ATTN_PERSISTENT_SPLIT_MIN", 0.6)
 # tiles. H200 (session 42, bench_decode_timeline.py --workload, us a launch, default vs
 # 64-token tiles at three an SM): b98 119.9 vs 119.6, b93 118.0 / 115.7, b85 113.7 / 108.4,
 # b78 108.5 / 101.0, b71 104.2 / 96.2, b63 86.6 / 89.8; from b105 up the default grid wins
-# (b110 128.2 vs 136.7, b129 142.7 / 144.6). bf16 / fp16 caches only (fp8 has fp8_grid).
+# (b110 128.2 vs 136.7, b129 142.7 / 144.6). The bf16 workload, alternating: 28,265-28,309
+# vs 28,179-28,233 tok/s (+0.29%) on one machine, 28,066-28,216 vs 28,081-28,138 (+0.16%)
+# on another. bf16 / fp16 caches only (fp8 has fp8_grid).
 # STRIXLM_ATTN_MID_GRID=0 turns it off (read at import, for A/B runs).
 MID_GRID_ENABLED = os.environ.get("STRIXLM_ATTN_MID_GRID", "1") != "0"
 MID_GRID_MIN = env_float("STRIXLM_ATTN_MID_GRID_MIN", 1.0)
