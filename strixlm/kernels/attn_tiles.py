@@ -4,7 +4,7 @@ an online softmax (base 2, fp32), output rows or split-K partials out.
 
 KV tiles come from the paged cache (attn_step_blocks: each token's block id from the block
 table, fp8 caches read as byte pairs) or, for a step's own new tokens, from contiguous
-[T, Hkv, D] rows (attn_step_rows). Both feed online_softmax_step.
+[T, Hkv, D] rows (attn_step_rows). Both feed softmax_update (then online_softmax).
 """
 
 from __future__ import annotations
@@ -128,10 +128,10 @@ if HAS_TRITON:
     def _block_index(pos, j, offs_t, BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr):
         # The block-table index of each position pos = j * TILE + offs_t. With _ALIGNED_TILES
         # and tiles that start on a block, offs_t // BLOCK_SIZE is a loop invariant.
-        idx = pos // BLOCK_SIZE
-        if _ALIGNED_TILES:
-            if TILE % BLOCK_SIZE == 0:
-                idx = j * (TILE // BLOCK_SIZE) + offs_t // BLOCK_SIZE
+        if _ALIGNED_TILES and TILE % BLOCK_SIZE == 0:
+            idx = j * (TILE // BLOCK_SIZE) + offs_t // BLOCK_SIZE
+        else:
+            idx = pos // BLOCK_SIZE
         return idx
 
     @triton.jit
@@ -152,10 +152,10 @@ if HAS_TRITON:
     def _token_offsets(blk, pos, offs_t, head_off, stride_cb, stride_cs,
                        BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr):  # fmt: skip
         # Each token's element offset in the cache (blk: per token).
-        tok = blk * stride_cb + (pos % BLOCK_SIZE) * stride_cs + head_off
-        if _ALIGNED_TILES:
-            if TILE % BLOCK_SIZE == 0:
-                tok = blk * stride_cb + ((offs_t % BLOCK_SIZE) * stride_cs + head_off)
+        if _ALIGNED_TILES and TILE % BLOCK_SIZE == 0:
+            tok = blk * stride_cb + ((offs_t % BLOCK_SIZE) * stride_cs + head_off)
+        else:
+            tok = blk * stride_cb + (pos % BLOCK_SIZE) * stride_cs + head_off
         return tok
 
     @triton.jit

@@ -221,7 +221,7 @@ def select_config(
         max(1, num_splits),
         cfg.k_rows,
         persistent,
-        ctas if persistent else 0,
+        ctas,  # only the persistent path sets it
     )
 
 

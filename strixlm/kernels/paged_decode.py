@@ -196,9 +196,15 @@ def persistent_programs(
 ) -> int:
     """Programs per kv head (P): ctas_per_sm (None or 0: PERSISTENT_CTAS_PER_SM) per SM in
     all, at most one per sequence."""
+    return max(1, min(num_seqs, full_grid(num_kv_heads, sms, ctas_per_sm)))
+
+
+def full_grid(num_kv_heads: int, sms: int, ctas_per_sm: int | None = None) -> int:
+    """Programs per kv head of a full grid, uncapped by the batch: ctas_per_sm (None or 0:
+    PERSISTENT_CTAS_PER_SM) per SM in all. Batches are sized against it in sequences a
+    program."""
     ctas = ctas_per_sm or PERSISTENT_CTAS_PER_SM
-    per_head = max(1, (sms * ctas) // max(1, num_kv_heads))
-    return max(1, min(num_seqs, per_head))
+    return max(1, (sms * ctas) // max(1, num_kv_heads))
 
 
 def fp8_grid(items: int, num_kv_heads: int, sms: int) -> tuple[int | None, int]:
@@ -217,7 +223,7 @@ def mid_grid(num_seqs: int, num_kv_heads: int, max_query_len: int, sms: int) -> 
     (uncapped by the batch) < MID_GRID_MAX."""
     if not (MID_GRID_ENABLED and PERSISTENT_ENABLED) or max_query_len != 1:
         return False
-    full = max(1, (sms * PERSISTENT_CTAS_PER_SM) // max(1, num_kv_heads))
+    full = full_grid(num_kv_heads, sms)
     return MID_GRID_MIN * full <= num_seqs < MID_GRID_MAX * full
 
 
@@ -251,7 +257,7 @@ def persistent_segments(
             if num_seqs < FP8_SPLIT_BELOW * fp8_programs:
                 return 2
         return 1
-    full = max(1, (sms * PERSISTENT_CTAS_PER_SM) // max(1, num_kv_heads))
+    full = full_grid(num_kv_heads, sms)
     if not can_split or num_seqs < PERSISTENT_SPLIT_MIN_ITEMS * full:
         return 0
     return 2
