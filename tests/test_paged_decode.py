@@ -585,30 +585,6 @@ def test_lean_loop_changes_no_value(monkeypatch, segs):
 
 
 @pytest.mark.parametrize("segs", [1, 2])
-def test_decode_mask_and_folded_scale(monkeypatch, segs):
-    """STRIXLM_ATTN_DECODE_MASK (the persistent kernel's scores masked by the length test
-    alone) gives the same bits; STRIXLM_ATTN_FOLD_SCALE (the scale applied inside exp2's
-    argument and to the row max) stays within fp32 rounding of the torch reference, in the
-    persistent and the unified kernel, with NaN in every slot no sequence holds."""
-    from strixlm.kernels import attn_tiles
-
-    b = Batch(ROWS, 4, 2, 32, 4, torch.float32, seed=2, pad_tokens=3, pad_seqs=3)
-    _poison_unused_slots(b)
-    before = _persistent(b, 3, num_segs=segs)[: b.t]
-    monkeypatch.setattr(pdk, "_DECODE_MASK", triton.language.constexpr(True))
-    assert torch.equal(_persistent(b, 3, num_segs=segs)[: b.t], before)
-    ref = pa.paged_attention_ref(
-        b.q[: b.t], b.kv_cache, b.query_lens, b.seq_lens, b.block_table, 0.2
-    )
-    monkeypatch.setattr(attn_tiles, "_FOLD_SCALE", triton.language.constexpr(True))
-    cfg = pa.AttnConfig(16, 16, 4, 2, segs)
-    unified = pa.paged_attention(*_args(b), max_query_len=1, max_seq_len=72, config=cfg)
-    for got in (_persistent(b, 3, num_segs=segs)[: b.t], unified[: b.t]):
-        rel, mx = rel_err(got, ref)
-        assert rel < 1e-5, (rel, mx)
-
-
-@pytest.mark.parametrize("segs", [1, 2])
 def test_aligned_tiles_change_no_value(monkeypatch, segs):
     """STRIXLM_ATTN_ALIGNED_TILES (tiles a multiple of the block size: a token's slot and
     block index within its tile hoisted out of the loops), with and without the per-block

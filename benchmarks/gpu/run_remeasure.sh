@@ -95,20 +95,18 @@
 #   blockptrs aligned tiles' K / V pointers built a block at a time (STRIXLM_ATTN_BLOCK_PTRS,
 #           default since session 41): check_attention --quick, greedy tokens vs HF, then
 #           the bf16 workload on / off alternating after a warm-up
-#   screen  session 42's candidates side by side, per launch before any workload A/B:
-#           bench_decode_timeline.py --workload 150 300 450 600 700 800 under each of
-#           SCREEN_CONFIGS (label=VAR=VALUE,VAR=VALUE; the default first and last, for
-#           drift; SCREEN_STEPS other steps), summed per config; then (default configs
-#           only) check_attention --quick under one-warp programs
+#   screen  candidate grids side by side, per launch before any workload A/B:
+#           bench_decode_timeline.py --workload at SCREEN_STEPS (default: steps 250-350,
+#           around b203, where 64-token tiles at three an SM ran 173.0 vs 174.7 us in
+#           session 42) under each of SCREEN_CONFIGS (label=VAR=VALUE,VAR=VALUE; the
+#           default first and last, for drift), summed per config
+#   tail64  the unified kernel's small-batch tail (sweep_decode_attn.py --tail, b93-b6)
+#           with 32-token (default) and 64-token decode tiles (STRIXLM_ATTN_DECODE_TILE)
 #   midgrid the mid-batch grid (paged_decode.mid_grid: 64-token tiles, three programs an SM,
 #           unsplit, at 1.0-1.45 sequences a default-grid program; STRIXLM_ATTN_MID_GRID,
 #           default since session 42): bench_decode_timeline.py at the workload's steps
 #           650-900 with it on / off, then the bf16 workload on / off alternating after a
 #           warm-up (three pairs)
-#   trims   the two parts of session 41's losing bundle (-0.9% together), each alone:
-#           the persistent kernel's one-query score mask (STRIXLM_ATTN_DECODE_MASK=1) and
-#           the score scale folded into exp2's argument (STRIXLM_ATTN_FOLD_SCALE=1):
-#           check_attention --quick with both, then the bf16 workload on / off for each
 #   tile64  64-token decode tiles (STRIXLM_ATTN_DECODE_TILE=64) at 3 stages, which take
 #           72 KB of shared memory a persistent program, so three programs an SM
 #           (STRIXLM_ATTN_PERSISTENT_CTAS=3): check_attention --quick, then the bf16
@@ -540,13 +538,11 @@ if has blockptrs; then  # aligned tiles' K / V pointers built per block (STRIXLM
 fi
 if has screen; then  # candidates per launch (persistent decode kernel), then a check
   W=STRIXLM_ATTN_DECODE_WARPS C=STRIXLM_ATTN_PERSISTENT_CTAS T=STRIXLM_ATTN_DECODE_TILE
-  for cfg in ${SCREEN_CONFIGS:-default= warp1c6=$W=1,$C=6 warp1c5=$W=1,$C=5 \
-      tile64c3=$T=64,$C=3 tile64s2c4=$T=64,STRIXLM_ATTN_PERSISTENT_STAGES=2,$C=4 ctas5=$C=5 \
-      dmask=STRIXLM_ATTN_DECODE_MASK=1 fold=STRIXLM_ATTN_FOLD_SCALE=1 default2=}; do
+  for cfg in ${SCREEN_CONFIGS:-default= tile64c3=$T=64,$C=3 default2=}; do
     label=${cfg%%=*} settings=${cfg#*=}
     (for kv in ${settings//,/ }; do export "$kv"; done
      run "screen_$label" 90 python benchmarks/gpu/bench_decode_timeline.py \
-       --workload ${SCREEN_STEPS:-150 300 450 600 700 800} --variants deal:0.6 --json "$OUT/screen_$label.json")
+       --workload ${SCREEN_STEPS:-250 275 300 325 350} --variants deal:0.6 --json "$OUT/screen_$label.json")
   done
   python - "$OUT" <<'PY'
 import glob, json, sys
@@ -554,8 +550,12 @@ for p in sorted(glob.glob(sys.argv[1] + "/screen_*.json")):
     us = [round(r["us_per_launch"], 1) for r in json.load(open(p))]
     print(f"{p.rsplit('/', 1)[1][7:-5]:>12}: {sum(us):7.1f} us over the batches {us}")
 PY
-  [[ -n $SCREEN_CONFIGS ]] || (export STRIXLM_ATTN_DECODE_WARPS=1 STRIXLM_ATTN_PERSISTENT_CTAS=6
-   run attn_check_warp1 150 python benchmarks/gpu/check_attention.py --quick)
+fi
+if has tail64; then  # the tail's split heuristic at 32- and 64-token decode tiles
+  for t in 32 64; do
+    STRIXLM_ATTN_DECODE_TILE=$t run "tail_tile$t" 150 \
+      python benchmarks/gpu/sweep_decode_attn.py --tail --budget-s 130 --json "$OUT/tail_tile$t.json"
+  done
 fi
 if has midgrid; then  # the mid-batch grid on / off: per launch, then the workload
   for v in 1 0; do
@@ -566,13 +566,6 @@ if has midgrid; then  # the mid-batch grid on / off: per launch, then the worklo
   done
   run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_ATTN_MID_GRID tp_mid on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
-fi
-if has trims; then  # session 41's lost bundle, one part at a time (opt-in switches)
-  (export STRIXLM_ATTN_FOLD_SCALE=1 STRIXLM_ATTN_DECODE_MASK=1
-   run attn_check_trims 150 python benchmarks/gpu/check_attention.py --quick)
-  run tp_warm 100 $TP --model qwen3-0.6b
-  ab_tp STRIXLM_ATTN_DECODE_MASK tp_dmask on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
-  ab_tp STRIXLM_ATTN_FOLD_SCALE tp_fold on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
 fi
 if has tile64; then  # 64-token decode tiles at 3 stages, three programs an SM (env only)
   ab_env tile64 "STRIXLM_ATTN_DECODE_TILE=64 STRIXLM_ATTN_PERSISTENT_CTAS=3"

@@ -37,13 +37,6 @@ ALIGNED_TILES = os.environ.get("STRIXLM_ATTN_ALIGNED_TILES", "1") == "1"
 # 28,438-28,532 (+0.40%). STRIXLM_ATTN_BLOCK_PTRS=0 keeps the per-token pointers (read
 # at import).
 BLOCK_PTRS = os.environ.get("STRIXLM_ATTN_BLOCK_PTRS", "1") == "1"
-# The score scale applied inside exp2's argument and to each row's max (one fma an element)
-# instead of multiplying every score before the max. sm90 SASS: 480 -> 471 instructions a
-# persistent tile, unified decode loops 304 / 388 -> 298 / 382. Bundled with the one-query
-# decode mask (paged_decode.DECODE_MASK) it lost 0.9% on the bf16 workload (session 41);
-# alone it is even with the default a launch (877.5 vs 877.5 us over six workload batches,
-# bench_decode_timeline.py; H200, session 42). Off; STRIXLM_ATTN_FOLD_SCALE=1 (at import).
-FOLD_SCALE = os.environ.get("STRIXLM_ATTN_FOLD_SCALE", "0") == "1"
 
 
 def per_block_tiles(tile: int, block_size: int, fp8_pairs: bool, kc, vc) -> bool:
@@ -65,7 +58,6 @@ if HAS_TRITON:
 
     _CLAMP_IDS = tl.constexpr(CLAMP_IDS)
     _ALIGNED_TILES = tl.constexpr(ALIGNED_TILES)
-    _FOLD_SCALE = tl.constexpr(FOLD_SCALE)
 
     @triton.jit
     def _fp8_compute_dtype(q, k_cache_ptr):
@@ -294,40 +286,29 @@ if HAS_TRITON:
     ):  # fmt: skip
         # The online-softmax update with one KV tile: k [D, TILE] and v [TILE, D] at
         # positions pos; scores times s_scale (log2 units); MASKED applies the causal limit
-        # (q_abs per row; None for decode rows, whose one query sits at the last position)
-        # and pos_ok (the positions that exist). P_SCALED: the tile's
+        # (q_abs per row) and pos_ok (the positions that exist). P_SCALED: the tile's
         # values weigh p_scale times its probabilities in the output (not in the sum).
         if IEEE:
             s = tl.dot(q, k.to(q.dtype), input_precision="ieee")
         else:
             s = tl.dot(q, k.to(q.dtype))
-        if _FOLD_SCALE:
-            exp_scale = s_scale  # applied by online_softmax
-        else:
-            s = s * s_scale
-            exp_scale = 1.0
+        s = s * s_scale
         if MASKED:
-            if q_abs is None:  # decode rows: one query, at the last position
-                ok = pos_ok[None, :]
-            else:
-                ok = (pos[None, :] <= q_abs[:, None]) & pos_ok[None, :]
+            ok = (pos[None, :] <= q_abs[:, None]) & pos_ok[None, :]
             s = tl.where(ok, s, float("-inf"))
-        return online_softmax(acc, m_i, l_i, q, s, v, IEEE, p_scale, P_SCALED, exp_scale)
+        return online_softmax(acc, m_i, l_i, q, s, v, IEEE, p_scale, P_SCALED)
 
     @triton.jit
     def online_softmax(
         acc, m_i, l_i, q, s, v, IEEE: tl.constexpr, p_scale=1.0, P_SCALED: tl.constexpr = False,
-        s_scale=1.0,
     ):  # fmt: skip
         # The state (acc [..., M, D], running max and sum [..., M]) after one tile's scores s
-        # [..., M, T] (-inf where masked) and values v [..., T, D], with any leading batch
-        # dims; s_scale (> 0; the default 1.0 where s is already in log2 units compiles to
-        # nothing) is applied to each row's max and inside exp2's argument (_FOLD_SCALE).
-        # P_SCALED: see softmax_update.
-        m_new = tl.maximum(m_i, tl.max(s, axis=-1) * s_scale)
+        # [..., M, T] (log2 units, -inf where masked) and values v [..., T, D], with any
+        # leading batch dims. P_SCALED: see softmax_update.
+        m_new = tl.maximum(m_i, tl.max(s, axis=-1))
         # A row can be fully masked so far (split segments): keep exp2 away from -inf - -inf.
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp2(s * s_scale - tl.expand_dims(m_safe, -1))
+        p = tl.exp2(s - tl.expand_dims(m_safe, -1))
         alpha = tl.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, axis=-1)
         acc = acc * tl.expand_dims(alpha, -1)

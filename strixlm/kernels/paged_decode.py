@@ -133,14 +133,6 @@ PERSISTENT_STAGES = env_int("STRIXLM_ATTN_PERSISTENT_STAGES", 3)
 # runs against 28,247-28,318 in six. STRIXLM_ATTN_LEAN_LOOP=0 keeps the per-tile q and
 # resets (read at import).
 LEAN_LOOP = os.environ.get("STRIXLM_ATTN_LEAN_LOOP", "1") == "1"
-# The scores' mask as the length test alone (one query per sequence, at its last position:
-# the causal limit adds nothing). sm90 SASS: 471 -> 456 instructions a tile with
-# attn_tiles.FOLD_SCALE. Bundled with it, it lost 0.9% on the bf16 workload (session 41);
-# alone it is 13% slower a launch (bench_decode_timeline.py --workload, six batches: 991.4
-# vs 877.5 us; H200, session 42). Off; STRIXLM_ATTN_DECODE_MASK=1 (read at import).
-DECODE_MASK = os.environ.get("STRIXLM_ATTN_DECODE_MASK", "0") == "1"
-if HAS_TRITON:
-    _DECODE_MASK = tl.constexpr(DECODE_MASK)
 # From this many sequences per program up to PERSISTENT_MIN_ITEMS, two segments per
 # sequence (x1.02 at batch 48 and 64 in the same sweep; four or more segments lost 1-10%
 # there, and below batch 33 the unified kernel's own split won). 0 disables the split.
@@ -282,13 +274,9 @@ if HAS_TRITON:
 
     @triton.jit
     def _decode_limit(seq_len, BLOCK_M: tl.constexpr):
-        # The causal limit of a decode row (its one query at the last position): None with
-        # _DECODE_MASK, where the length test alone masks the scores.
-        if _DECODE_MASK:
-            q_abs = None
-        else:
-            q_abs = tl.zeros([BLOCK_M], dtype=tl.int32) + (seq_len - 1)
-        return q_abs
+        # The causal limit of a decode row (its one query at the last position). Masking by
+        # the length test alone, with no limit, was 13% slower a launch (H200, session 42).
+        return tl.zeros([BLOCK_M], dtype=tl.int32) + (seq_len - 1)
 
     @triton.jit
     def _fresh_state(BLOCK_M: tl.constexpr, DIM_P: tl.constexpr):
