@@ -536,8 +536,8 @@ if has blockptrs; then  # aligned tiles' K / V pointers built per block (STRIXLM
   run tp_warm 100 $TP --model qwen3-0.6b
   ab_tp STRIXLM_ATTN_BLOCK_PTRS tp_bp on1:1 off1:0 on2:1 off2:0 on3:1 off3:0
 fi
-if has screen; then  # candidates per launch (persistent decode kernel), then a check
-  W=STRIXLM_ATTN_DECODE_WARPS C=STRIXLM_ATTN_PERSISTENT_CTAS T=STRIXLM_ATTN_DECODE_TILE
+if has screen; then  # candidate grids per launch (the persistent decode kernel)
+  C=STRIXLM_ATTN_PERSISTENT_CTAS T=STRIXLM_ATTN_DECODE_TILE
   for cfg in ${SCREEN_CONFIGS:-default= tile64c3=$T=64,$C=3 default2=}; do
     label=${cfg%%=*} settings=${cfg#*=}
     (for kv in ${settings//,/ }; do export "$kv"; done
