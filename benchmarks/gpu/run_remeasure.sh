@@ -101,7 +101,8 @@
 #           session 42) under each of SCREEN_CONFIGS (label=VAR=VALUE,VAR=VALUE; the
 #           default first and last, for drift), summed per config
 #   tail64  the unified kernel's small-batch tail (sweep_decode_attn.py --tail, b93-b6)
-#           with 32-token (default) and 64-token decode tiles (STRIXLM_ATTN_DECODE_TILE)
+#           with 32-token (default) and 64-token decode tiles (STRIXLM_ATTN_DECODE_TILE;
+#           the persistent grid, where the tail takes it, at three programs an SM)
 #   midgrid the mid-batch grid (paged_decode.mid_grid: 64-token tiles, three programs an SM,
 #           unsplit, at 1.0-1.45 sequences a default-grid program; STRIXLM_ATTN_MID_GRID,
 #           default since session 42): bench_decode_timeline.py at the workload's steps
@@ -552,9 +553,9 @@ for p in sorted(glob.glob(sys.argv[1] + "/screen_*.json")):
 PY
 fi
 if has tail64; then  # the tail's split heuristic at 32- and 64-token decode tiles
-  for t in 32 64; do
-    STRIXLM_ATTN_DECODE_TILE=$t run "tail_tile$t" 150 \
-      python benchmarks/gpu/sweep_decode_attn.py --tail --budget-s 130 --json "$OUT/tail_tile$t.json"
+  for t in 32:4 64:3; do  # TILE:persistent programs an SM (a 64-token program takes 72 KB)
+    STRIXLM_ATTN_DECODE_TILE=${t%:*} STRIXLM_ATTN_PERSISTENT_CTAS=${t#*:} run "tail_tile${t%:*}" 150 \
+      python benchmarks/gpu/sweep_decode_attn.py --tail --budget-s 130 --json "$OUT/tail_tile${t%:*}.json"
   done
 fi
 if has midgrid; then  # the mid-batch grid on / off: per launch, then the workload
