@@ -339,6 +339,9 @@ def test_fp8_mixed_split_leaves_decodes_to_the_decode_kernel(monkeypatch):
         pa.AttnConfig(16, 16, 4, 2, 3),
         pa.AttnConfig(16, 32, 4, 2, 1, k_rows=False),
         pa.AttnConfig(16, 16, 4, 2, 3, k_rows=False),
+        # check_attention.py --sweep's long-prefill extremes (STRIXLM_ATTN_PREFILL_CONFIG)
+        pa.AttnConfig(64, 128, 2, 3),
+        pa.AttnConfig(128, 64, 8, 2),
     ],
     ids=str,
 )

@@ -28,3 +28,16 @@ def env_int(name: str, default: int) -> int:
 def env_float(name: str, default: float) -> float:
     """The number in environment variable `name`, or default when it is unset."""
     return _env(name, default, float, "a number")
+
+
+def env_ints(name: str, default: tuple[int, ...]) -> tuple[int, ...]:
+    """Comma-separated integers in environment variable `name` (as many as default has), or
+    default when it is unset."""
+
+    def parse(raw: str) -> tuple[int, ...]:
+        values = tuple(int(x) for x in raw.split(","))
+        if len(values) != len(default):
+            raise ValueError(raw)
+        return values
+
+    return _env(name, default, parse, f"{len(default)} comma-separated integers")

@@ -35,7 +35,7 @@ import torch
 from strixlm.kernels import paged_decode_fp8 as fp8_mma
 from strixlm.kernels.attn_tiles import per_block_tiles
 from strixlm.kernels.dispatch import sm_count
-from strixlm.kernels.env_knobs import env_float, env_int
+from strixlm.kernels.env_knobs import env_float, env_int, env_ints
 from strixlm.kernels.kv_write import FP8_DTYPE, HAS_TRITON
 from strixlm.kernels.pdl import EARLY_LOADS, pdl_enabled
 
@@ -84,6 +84,12 @@ SPLIT_MAX_SEGS = 64
 DECODE_TILE = env_int("STRIXLM_ATTN_DECODE_TILE", 32)
 DECODE_WARPS = env_int("STRIXLM_ATTN_DECODE_WARPS", 2)
 DEFAULT_K_ROWS = os.environ.get("STRIXLM_ATTN_K_ROWS", "0") == "1"
+# Long prefills' and budget-sized mixed steps' config: block_m, tile, warps, stages. H200
+# sweep (check_attention --sweep, 2026-12-01): 13 x 600-token prompts + 64 decodes 250 ->
+# 152 us, one 2048-token prompt 117 -> 96 us, against 128 / 64 / 8 / 2. Sessions 40-41
+# changed the kernel's tile loops since; STRIXLM_ATTN_PREFILL_CONFIG (read at import, e.g.
+# "64,32,4,3") A/Bs a re-sweep's pick (run_remeasure.sh prefillsweep).
+PREFILL_CONFIG = env_ints("STRIXLM_ATTN_PREFILL_CONFIG", (64, 32, 4, 3))
 # KV segments forced on decode-like batches (0 = the heuristic); for A/B runs.
 DECODE_SPLITS = env_int("STRIXLM_ATTN_DECODE_SPLITS", 0)
 # The q/k norm + rotary + K/V write inside the persistent decode kernel when a caller
@@ -176,10 +182,9 @@ def select_config(
         tile = 64 if dp <= 128 else 32
         cfg = AttnConfig(block_m, tile, num_warps=4, num_stages=3, k_rows=DEFAULT_K_ROWS)
     elif dp <= 128 and g <= 64:
-        # Long prefills and budget-sized mixed steps. H200 sweep (check_attention --sweep,
-        # 2026-12-01): 13 x 600-token prompts + 64 decodes 250 -> 152 us, one 2048-token
-        # prompt 117 -> 96 us, against block_m 128 / tile 64 / 8 warps / 2 stages.
-        cfg = AttnConfig(64, 32, num_warps=4, num_stages=3, k_rows=DEFAULT_K_ROWS)
+        # Long prefills and budget-sized mixed steps (PREFILL_CONFIG).
+        block_m, tile, warps, stages = PREFILL_CONFIG
+        cfg = AttnConfig(max(block_m, _pow2(g)), tile, warps, stages, k_rows=DEFAULT_K_ROWS)
     else:
         block_m = max(128, _pow2(g))
         tile = 64 if dp <= 128 else 32

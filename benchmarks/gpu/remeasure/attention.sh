@@ -128,6 +128,29 @@ section_tail64() {  # the tail's split heuristic at 32- and 64-token decode tile
   done
 }
 
+# prefillsweep: the long-prefill config (paged_attention.PREFILL_CONFIG: block_m 64, tile 32,
+#   4 warps, 3 stages, from session 9's sweep) swept again at one of the workload's admission
+#   steps (13 x 600-token prompts + 64 decodes; 48 configs, down to 32-row blocks, 16-token
+#   tiles and 2 warps), since sessions 40-41 cut the kernel's tile loops (~2-4 min). Where the
+#   best beats the default by 3% a launch: check_attention --quick with it, then the
+#   workload with STRIXLM_ATTN_PREFILL_CONFIG set / not, alternating (ab_env, ~3 min more)
+section_prefillsweep() {
+  run prefillsweep 300 python benchmarks/gpu/check_attention.py --sweep --sweep-alone \
+    --sweep-only '^prefill 13x600 \+ 64 decodes$' --json "$OUT/prefillsweep.json"
+  local pick
+  pick=$(python - "$OUT/prefillsweep.json" <<'PY'
+import json, re, sys
+for s in json.load(open(sys.argv[1])).get("sweep", []):
+    t_best, cfg = s["best"][0]
+    if s["t_heuristic_us"] and t_best < 0.97 * s["t_heuristic_us"]:
+        f = dict(re.findall(r"(\w+)=(\w+)", cfg))
+        print(",".join(f[k] for k in ("block_m", "tile", "num_warps", "num_stages")))
+PY
+  )
+  echo "prefill pick: ${pick:-none, the default stays}"
+  if [[ -n $pick ]]; then ab_env prefill "STRIXLM_ATTN_PREFILL_CONFIG=$pick"; fi
+}
+
 # midgrid: the mid-batch grid (paged_decode.mid_grid: 64-token tiles, three programs an SM,
 #   unsplit, at 1.0-1.45 sequences a default-grid program; STRIXLM_ATTN_MID_GRID,
 #   default since session 42): bench_decode_timeline.py at the workload's steps
