@@ -19,6 +19,13 @@ ab_tp() {  # ENV_VAR PREFIX LABEL:VALUE...: the workload once per pair, alternat
   done
   grep "strixlm  " "$OUT"/"${prefix}"_*.log
 }
+ab_flag() {  # FLAG PREFIX LABEL:VALUE...: the workload once per pair with FLAG VALUE, in order
+  local flag=$1 prefix=$2 v; shift 2
+  for v in "$@"; do
+    run "${prefix}_${v%%:*}" 100 $TP --model qwen3-0.6b "$flag" "${v#*:}" \
+      --output-json "$OUT/${prefix}_${v%%:*}.json"
+  done
+}
 ab_fp8() {  # ENV_VAR LABEL:VALUE...: a warm-up, then the workload with fp8 KV once per pair
   local var=$1 v; shift
   run tp_fp8_warm 100 $TP --model qwen3-0.6b --kv-cache-dtype fp8

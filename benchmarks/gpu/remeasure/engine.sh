@@ -147,39 +147,27 @@ section_decodepaths() {
 # blocksize: the workload with 16 / 64-token KV blocks (--block-size), alternating
 section_blocksize() {
   run tp_warm 100 $TP --model qwen3-0.6b
-  for v in b16_1:16 b64_1:64 b16_2:16 b64_2:64; do
-    run "tp_bs_${v%%:*}" 100 $TP --model qwen3-0.6b --block-size "${v#*:}" \
-      --output-json "$OUT/tp_bs_${v%%:*}.json"
-  done
+  ab_flag --block-size tp_bs b16_1:16 b64_1:64 b16_2:16 b64_2:64
   grep "strixlm  " "$OUT"/tp_bs_*.log
 }
 
 # block32: the workload with 16 / 32-token KV blocks, alternating, three pairs
 section_block32() {
   run tp_warm 100 $TP --model qwen3-0.6b
-  for v in b16_1:16 b32_1:32 b16_2:16 b32_2:32 b16_3:16 b32_3:32; do
-    run "tp_bs_${v%%:*}" 100 $TP --model qwen3-0.6b --block-size "${v#*:}" \
-      --output-json "$OUT/tp_bs_${v%%:*}.json"
-  done
+  ab_flag --block-size tp_bs b16_1:16 b32_1:32 b16_2:16 b32_2:32 b16_3:16 b32_3:32
   grep "strixlm  " "$OUT"/tp_bs_*.log
 }
 
 # budgetab: the workload at --max-num-batched-tokens 16384 / 8192, alternating
 section_budgetab() {
-  for v in b16k1:16384 b8k1:8192 b16k2:16384 b8k2:8192; do
-    run "tp_${v%%:*}" 100 $TP --model qwen3-0.6b --max-num-batched-tokens "${v#*:}" \
-      --output-json "$OUT/tp_${v%%:*}.json"
-  done
+  ab_flag --max-num-batched-tokens tp b16k1:16384 b8k1:8192 b16k2:16384 b8k2:8192
   grep "strixlm  " "$OUT"/tp_b*.log
 }
 
 # budgetab2: the same at 6144 / 4096 / 8192, after a warm-up
 section_budgetab2() {
   run tp_warm 100 $TP --model qwen3-0.6b
-  for v in b6k1:6144 b4k1:4096 b8k1:8192 b6k2:6144 b4k2:4096 b8k2:8192; do
-    run "tp_${v%%:*}" 100 $TP --model qwen3-0.6b --max-num-batched-tokens "${v#*:}" \
-      --output-json "$OUT/tp_${v%%:*}.json"
-  done
+  ab_flag --max-num-batched-tokens tp b6k1:6144 b4k1:4096 b8k1:8192 b6k2:6144 b4k2:4096 b8k2:8192
   grep "strixlm  " "$OUT"/tp_b*.log
 }
 
