@@ -467,7 +467,8 @@ def main() -> int:
     )
     print(hdr)
     failed = False
-    for case in [] if args.sweep and args.sweep_alone else cases(args.quick):
+    checks = not (args.sweep and args.sweep_alone)
+    for case in cases(args.quick) if checks else []:
         try:
             r = run_case(case, args.quick)
         except Exception as e:
@@ -496,7 +497,7 @@ def main() -> int:
         )
         torch.cuda.empty_cache()
     graph_cases = ((1, False), (8, False), (None, False), (None, True))
-    for ns, fp8 in () if args.sweep and args.sweep_alone else graph_cases:
+    for ns, fp8 in graph_cases if checks else ():
         try:
             g = graph_check(ns, fp8=fp8)
             print(f"cuda graph (num_splits={ns}{', fp8' if fp8 else ''}): {g}")

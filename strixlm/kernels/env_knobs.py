@@ -30,14 +30,20 @@ def env_float(name: str, default: float) -> float:
     return _env(name, default, float, "a number")
 
 
-def env_ints(name: str, default: tuple[int, ...]) -> tuple[int, ...]:
-    """Comma-separated integers in environment variable `name` (as many as default has), or
-    default when it is unset."""
+def env_ints(
+    name: str,
+    default: tuple[int, ...],
+    valid: Callable[[tuple[int, ...]], bool] | None = None,
+    kind: str | None = None,
+) -> tuple[int, ...]:
+    """Comma-separated integers in environment variable `name` (as many as default has, and
+    passing `valid` where given, which `kind` then describes), or default when it is
+    unset."""
 
     def parse(raw: str) -> tuple[int, ...]:
         values = tuple(int(x) for x in raw.split(","))
-        if len(values) != len(default):
+        if len(values) != len(default) or (valid is not None and not valid(values)):
             raise ValueError(raw)
         return values
 
-    return _env(name, default, parse, f"{len(default)} comma-separated integers")
+    return _env(name, default, parse, kind or f"{len(default)} comma-separated integers")

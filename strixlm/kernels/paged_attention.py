@@ -89,16 +89,14 @@ DEFAULT_K_ROWS = os.environ.get("STRIXLM_ATTN_K_ROWS", "0") == "1"
 # 152 us, one 2048-token prompt 117 -> 96 us, against 128 / 64 / 8 / 2. Sessions 40-41
 # changed the kernel's tile loops since; STRIXLM_ATTN_PREFILL_CONFIG (read at import, e.g.
 # "64,32,4,3") A/Bs a re-sweep's pick (run_remeasure.sh prefillsweep).
-PREFILL_CONFIG = env_ints("STRIXLM_ATTN_PREFILL_CONFIG", (64, 32, 4, 3))
-if not (
-    all(v >= 16 and v & (v - 1) == 0 for v in PREFILL_CONFIG[:2])
-    and PREFILL_CONFIG[2] in (1, 2, 4, 8, 16)
-    and PREFILL_CONFIG[3] >= 1
-):
-    raise ValueError(
-        "STRIXLM_ATTN_PREFILL_CONFIG must be block_m,tile,warps,stages with block_m and tile "
-        f"powers of two >= 16, warps 1-16 (a power of two), stages >= 1; got {PREFILL_CONFIG}"
-    )
+PREFILL_CONFIG = env_ints(
+    "STRIXLM_ATTN_PREFILL_CONFIG",
+    (64, 32, 4, 3),
+    lambda c: all(v >= 16 and v & (v - 1) == 0 for v in c[:2]) and c[2] in (1, 2, 4, 8, 16)
+    and c[3] >= 1,
+    "block_m,tile,warps,stages (block_m and tile powers of two >= 16, warps a power of two "
+    "up to 16, stages >= 1)",
+)  # fmt: skip
 # KV segments forced on decode-like batches (0 = the heuristic); for A/B runs.
 DECODE_SPLITS = env_int("STRIXLM_ATTN_DECODE_SPLITS", 0)
 # The q/k norm + rotary + K/V write inside the persistent decode kernel when a caller
