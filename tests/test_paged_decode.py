@@ -624,6 +624,49 @@ def test_aligned_tiles_change_no_value(monkeypatch, segs):
             assert torch.equal(got, want), (aligned, block_ptrs)
 
 
+@pytest.mark.parametrize("segs", [1, 2])
+def test_deferred_sums_match_the_default(monkeypatch, segs):
+    """STRIXLM_ATTN_DEFER_SUM (opt-in): each row's softmax sum carried per score element and
+    summed where the row is stored. The unified kernel (decodes, split, prompts with a
+    prefix, and an fp8 step's own rows read unquantized) and the persistent kernel (dealt and
+    dynamic items, tiles of one and two blocks) give the default's output within fp32
+    rounding (the same terms in another order), with NaN in every slot no sequence holds."""
+    from strixlm.kernels import attn_tiles
+
+    b = Batch(ROWS, 4, 2, 32, 4, torch.float32, seed=2, pad_tokens=3, pad_seqs=3)
+    _poison_unused_slots(b)
+    mixed = Batch([(12, 5), (0, 9), (33, 1), (5, 20), (6, 1)], 4, 2, 32, 4, torch.float32,
+                  seed=3, pad_tokens=2, pad_seqs=1)  # fmt: skip
+    fp8 = Batch([(70, 1), (45, 23), (0, 40)], 4, 2, 32, 4, torch.float32,
+                cache_dtype=kvw.FP8_DTYPE, seed=11)  # fmt: skip
+    cfg = pa.AttnConfig(16, 16, 4, 2, segs)
+
+    def run(defer: bool) -> list[torch.Tensor]:
+        monkeypatch.setattr(attn_tiles, "_DEFER_SUM", triton.language.constexpr(defer))
+        decode = pa.paged_attention(*_args(b), max_query_len=1, max_seq_len=72, config=cfg)
+        prompts = pa.paged_attention(*_args(mixed), max_query_len=20, max_seq_len=39, config=cfg)
+        fresh = pa.paged_attention(
+            *_args(fp8), max_query_len=40, max_seq_len=70, k_scale=0.02, v_scale=0.05,
+            config=pa.AttnConfig(64, 16, 4, 2), k_new=fp8.k, v_new=fp8.v,
+        )  # fmt: skip
+        two_blocks = pdk.paged_decode_persistent(
+            *_args(b), torch.full_like(b.q, float("nan")), block_m=16, tile=32, num_warps=4,
+            num_stages=2, k_rows=False, sms=132, num_programs=3, num_segs=segs,
+        )  # fmt: skip
+        return [decode[: b.t], _persistent(b, 3, num_segs=segs)[: b.t], two_blocks[: b.t],
+                prompts[: mixed.t], fresh[: fp8.t]]  # fmt: skip
+
+    before = run(False)
+    deferred = run(True)
+    assert all(torch.isfinite(x).all() for x in before + deferred)
+    for got, want in zip(deferred, before, strict=True):
+        rel, mx = rel_err(got, want)
+        assert rel < 1e-6, (rel, mx)
+    ref = pa.paged_attention_ref(b.q[: b.t], b.kv_cache, b.query_lens, b.seq_lens,
+                                 b.block_table, 0.2)  # fmt: skip
+    assert rel_err(deferred[1], ref)[0] < 1e-5
+
+
 def test_per_block_tiles_needs_whole_blocks_and_aligned_rows():
     """The launchers take per-block K / V pointers only where the kernels' alignment claim
     holds: tiles of whole blocks, 16-byte aligned rows, and no fp8 byte-pair loads."""

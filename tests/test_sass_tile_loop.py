@@ -66,3 +66,13 @@ def test_unified_kernel_loops(tmp_path):
                        strict=True):  # fmt: skip
         assert d["common"] < b["common"] and a["common"] < b["common"], (b, a, d)
     assert default["registers"] < per_token["registers"], (default, per_token)
+
+
+def test_deferred_sums_take_barriers_off_the_tile(tmp_path):
+    """STRIXLM_ATTN_DEFER_SUM: the row sum no longer crosses the two warps at every tile."""
+    for args in ((), ("--kernel", "unified")):
+        default = _loops(tmp_path, *args)
+        deferred = _loops(tmp_path, *args, STRIXLM_ATTN_DEFER_SUM="1")
+        for d, f in zip(default["tile_loops"], deferred["tile_loops"], strict=True):
+            assert f["barriers"] < d["barriers"] and f["common"] < d["common"], (args, d, f)
+        assert deferred["spill_bytes"] == 0, args

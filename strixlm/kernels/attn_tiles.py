@@ -37,6 +37,13 @@ ALIGNED_TILES = os.environ.get("STRIXLM_ATTN_ALIGNED_TILES", "1") == "1"
 # 28,438-28,532 (+0.40%). STRIXLM_ATTN_BLOCK_PTRS=0 keeps the per-token pointers (read
 # at import).
 BLOCK_PTRS = os.environ.get("STRIXLM_ATTN_BLOCK_PTRS", "1") == "1"
+# Each row's softmax sum kept per score element ([rows, TILE], rescaled with the output)
+# and summed once, where the row is stored. The decode score tile's tokens are split over
+# the program's two warps, so the per-tile row sum crosses warps through shared memory:
+# sm90 SASS of the persistent tile (benchmarks/sass_tile_loop.py) 480 -> 460 instructions,
+# 9 -> 7 barriers. The same sum in another order (fp32 rounding). Not yet measured on the
+# GPU, so off by default; STRIXLM_ATTN_DEFER_SUM=1 turns it on (read at import).
+DEFER_SUM = os.environ.get("STRIXLM_ATTN_DEFER_SUM", "0") == "1"
 
 
 def per_block_tiles(tile: int, block_size: int, fp8_pairs: bool, kc, vc) -> bool:
@@ -58,6 +65,23 @@ if HAS_TRITON:
 
     _CLAMP_IDS = tl.constexpr(CLAMP_IDS)
     _ALIGNED_TILES = tl.constexpr(ALIGNED_TILES)
+    _DEFER_SUM = tl.constexpr(DEFER_SUM)
+
+    @triton.jit
+    def fresh_sums(BLOCK_M: tl.constexpr, TILE: tl.constexpr):
+        # The row sums before a sequence's first tile: per score element with _DEFER_SUM.
+        if _DEFER_SUM:
+            l_i = tl.zeros([BLOCK_M, TILE], dtype=tl.float32)
+        else:
+            l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        return l_i
+
+    @triton.jit
+    def row_sums(l_i):
+        # Each row's softmax sum [BLOCK_M] from the carried sums (fresh_sums).
+        if _DEFER_SUM:
+            l_i = tl.sum(l_i, axis=1)
+        return l_i
 
     @triton.jit
     def _fp8_compute_dtype(q, k_cache_ptr):
@@ -310,7 +334,10 @@ if HAS_TRITON:
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         p = tl.exp2(s - tl.expand_dims(m_safe, -1))
         alpha = tl.exp2(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, axis=-1)
+        if len(l_i.shape) == len(s.shape):  # sums per element (fresh_sums, _DEFER_SUM)
+            l_i = l_i * tl.expand_dims(alpha, -1) + p
+        else:
+            l_i = l_i * alpha + tl.sum(p, axis=-1)
         acc = acc * tl.expand_dims(alpha, -1)
         if P_SCALED:
             p = p * p_scale
@@ -340,8 +367,9 @@ if HAS_TRITON:
     def store_out_rows(
         out_ptr, tok_col, head, stride_ot, stride_oh, offs_d, acc, l_i, out_scale, io_mask
     ):
-        # The normalized output rows (tok_col as in load_q_rows), in out's dtype.
-        res = acc * (out_scale / l_i)[:, None]
+        # The normalized output rows (tok_col as in load_q_rows), in out's dtype; l_i as
+        # carried (fresh_sums).
+        res = acc * (out_scale / row_sums(l_i))[:, None]
         tl.store(
             out_ptr + tok_col * stride_ot + head[:, None] * stride_oh + offs_d[None, :],
             res.to(out_ptr.dtype.element_ty),
@@ -355,8 +383,8 @@ if HAS_TRITON:
     ):  # fmt: skip
         # One segment's partial rows for _merge_segments_kernel: running max and sum
         # [T, Hq, NUM_SEGS] and the unnormalized output [T, Hq, NUM_SEGS, DIM_P] (row indexes
-        # the first two layouts).
+        # the first two layouts); l_i as carried (fresh_sums).
         tl.store(segm_max_ptr + row, m_i, mask=row_ok)
-        tl.store(segm_sum_ptr + row, l_i, mask=row_ok)
+        tl.store(segm_sum_ptr + row, row_sums(l_i), mask=row_ok)
         acc_ptrs = segm_acc_ptr + row[:, None] * DIM_P + offs_d[None, :]
         tl.store(acc_ptrs, acc, mask=row_ok[:, None] & acc_ok)

@@ -50,6 +50,7 @@ if HAS_TRITON:
         attn_step_blocks,
         attn_step_rows,
         blocks_step,
+        fresh_sums,
         load_q_rows,
         store_out_rows,
         store_segment_partial,
@@ -380,7 +381,7 @@ if HAS_TRITON:
         bt_row_ptr = block_table_ptr + seq.to(tl.int64) * stride_bt
         head_off = kv_head * stride_ch
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        l_i = fresh_sums(BLOCK_M, TILE)
         acc = tl.zeros([BLOCK_M, DIM_P], dtype=tl.float32)
         # With AHEAD the loops carry the next tile's block ids (blocks_step); else a
         # placeholder that blocks_step passes through.

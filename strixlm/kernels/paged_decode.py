@@ -55,6 +55,7 @@ if HAS_TRITON:
     from strixlm.kernels.attn_tiles import (
         attn_step_blocks,
         blocks_step,
+        fresh_sums,
         load_q_rows,
         store_out_rows,
         store_segment_partial,
@@ -279,11 +280,11 @@ if HAS_TRITON:
         return tl.zeros([BLOCK_M], dtype=tl.int32) + (seq_len - 1)
 
     @triton.jit
-    def _fresh_state(BLOCK_M: tl.constexpr, DIM_P: tl.constexpr):
-        # (acc, running max, sum) before a sequence's first tile.
+    def _fresh_state(BLOCK_M: tl.constexpr, DIM_P: tl.constexpr, TILE: tl.constexpr):
+        # (acc, running max, sums) before a sequence's first tile.
         acc = tl.zeros([BLOCK_M, DIM_P], dtype=tl.float32)
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-        return acc, m_i, tl.zeros_like(m_i)
+        return acc, m_i, fresh_sums(BLOCK_M, TILE)
 
     @triton.jit(do_not_specialize=["num_seqs", "n_static"])
     def _paged_decode_persistent_kernel(
@@ -419,7 +420,7 @@ if HAS_TRITON:
         # The lean loop (items looked up ahead): q rows loaded where an item starts, not per
         # tile, and only the running max reset where one ends.
         LEAN_ITEMS: tl.constexpr = LEAN and AHEAD
-        acc, m_i, l_i = _fresh_state(BLOCK_M, DIM_P)
+        acc, m_i, l_i = _fresh_state(BLOCK_M, DIM_P, TILE)
         j_base = firsts - los
         if AHEAD:
             # The current item's fields and the next one's (the first with tiles after it),
@@ -520,7 +521,7 @@ if HAS_TRITON:
                                 k_cache_ptr)  # fmt: skip
                 q_abs = _decode_limit(seq_len, BLOCK_M)
                 bt_row_ptr = block_table_ptr + seq.to(tl.int64) * stride_bt
-                acc, m_i, l_i = _fresh_state(BLOCK_M, DIM_P)
+                acc, m_i, l_i = _fresh_state(BLOCK_M, DIM_P, TILE)
                 seq_tiles = tl.cdiv(seq_len, TILE)
                 seg_tiles = tl.cdiv(seq_tiles, NUM_SEGS)
                 j_lo = (i % NUM_SEGS) * seg_tiles

@@ -128,6 +128,32 @@ section_tail64() {  # the tail's split heuristic at 32- and 64-token decode tile
   done
 }
 
+# defersum: each row's softmax sum carried per score element and summed where the row is
+#   stored (STRIXLM_ATTN_DEFER_SUM=1, attn_tiles.DEFER_SUM; sm90 SASS: the persistent tile
+#   480 -> 469 instructions and 9 -> 6 barriers, the unified decode loops 304 / 388 ->
+#   288 / 366 and 9 -> 6). Per launch first: the workload's decode batches b244-b40
+#   (bench_decode_timeline.py, default / deferred / default again for drift, ~1 min). Where
+#   deferred is faster over them by 0.5%: check_attention --quick with it, then the workload
+#   with it on / off, alternating (ab_env, ~4 min more)
+section_defersum() {  # the deferred row sum: per launch, then the workload if it wins
+  local cfg faster
+  for cfg in default1:0 defer:1 default2:0; do
+    STRIXLM_ATTN_DEFER_SUM=${cfg#*:} run "defersum_${cfg%%:*}" 90 \
+      python benchmarks/gpu/bench_decode_timeline.py --workload 150 300 450 600 700 800 900 \
+      --variants deal:0.6 --json "$OUT/defersum_${cfg%%:*}.json"
+  done
+  faster=$(python - "$OUT" <<'PY'
+import json, sys
+us = {k: sum(r["us_per_launch"] for r in json.load(open(f"{sys.argv[1]}/defersum_{k}.json")))
+      for k in ("default1", "defer", "default2")}
+print({k: round(v, 1) for k, v in us.items()}, file=sys.stderr)
+print("yes" if us["defer"] < 0.995 * min(us["default1"], us["default2"]) else "")
+PY
+  )
+  echo "deferred sums faster per launch: ${faster:-no, no workload A/B}"
+  if [[ -n $faster ]]; then ab_env defersum STRIXLM_ATTN_DEFER_SUM=1; fi
+}
+
 # prefillsweep: the long-prefill config (paged_attention.PREFILL_CONFIG: block_m 64, tile 32,
 #   4 warps, 3 stages, from session 9's sweep) swept again at one of the workload's admission
 #   steps (13 x 600-token prompts + 64 decodes; 48 configs, down to 32-row blocks, 16-token
