@@ -585,6 +585,23 @@ def test_lean_loop_changes_no_value(monkeypatch, segs):
 
 
 @pytest.mark.parametrize("segs", [1, 2])
+@pytest.mark.parametrize("n_prog,dynamic", [(1, 0.6), (1, 0.0), (2, 0.0), (3, None), (5, 0.0)])
+def test_item_rows_change_no_value(monkeypatch, segs, n_prog, dynamic):
+    """STRIXLM_ATTN_ITEM_ROWS (opt-in): every dealt item's q rows in the one q tile, each
+    row with its own softmax state, gives the lean loop's output bit for bit: programs of
+    one to eight dealt items (with dynamic ones after them, or none), split segments, padded
+    rows, NaN in every slot no sequence holds; and a deal whose rows would not fit the tile
+    (n_prog 1, no dynamic share: 11 items of 2 rows) keeps the lean loop."""
+    b = Batch(ROWS, 4, 2, 32, 4, torch.float32, seed=2, pad_tokens=3, pad_seqs=3)
+    _poison_unused_slots(b)
+    monkeypatch.setattr(pdk, "ITEM_ROWS", False)
+    before = _persistent(b, n_prog, num_segs=segs, dynamic_frac=dynamic)[: b.t]
+    assert torch.isfinite(before).all()
+    monkeypatch.setattr(pdk, "ITEM_ROWS", True)
+    assert torch.equal(_persistent(b, n_prog, num_segs=segs, dynamic_frac=dynamic)[: b.t], before)
+
+
+@pytest.mark.parametrize("segs", [1, 2])
 def test_aligned_tiles_change_no_value(monkeypatch, segs):
     """STRIXLM_ATTN_ALIGNED_TILES (tiles a multiple of the block size: a token's slot and
     block index within its tile hoisted out of the loops), with and without the per-block

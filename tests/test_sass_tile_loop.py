@@ -68,11 +68,20 @@ def test_unified_kernel_loops(tmp_path):
     assert default["registers"] < per_token["registers"], (default, per_token)
 
 
-def test_deferred_sums_take_barriers_off_the_tile(tmp_path):
-    """STRIXLM_ATTN_DEFER_SUM: the row sum no longer crosses the two warps at every tile."""
-    for args in ((), ("--kernel", "unified")):
-        default = _loops(tmp_path, *args)
-        deferred = _loops(tmp_path, *args, STRIXLM_ATTN_DEFER_SUM="1")
+def test_opt_in_cuts_take_work_off_the_tile(tmp_path):
+    """STRIXLM_ATTN_DEFER_SUM: the row sum no longer crosses the two warps at every tile
+    (both kernels). STRIXLM_ATTN_ITEM_ROWS: the persistent tile no longer repacks a carried
+    q for the MMA. Together they take both off."""
+    defaults = {}
+    for kernel in ("persistent", "unified"):
+        default = defaults[kernel] = _loops(tmp_path, "--kernel", kernel)
+        deferred = _loops(tmp_path, "--kernel", kernel, STRIXLM_ATTN_DEFER_SUM="1")
         for d, f in zip(default["tile_loops"], deferred["tile_loops"], strict=True):
-            assert f["barriers"] < d["barriers"] and f["common"] < d["common"], (args, d, f)
-        assert deferred["spill_bytes"] == 0, args
+            assert f["barriers"] < d["barriers"] and f["common"] < d["common"], (kernel, d, f)
+        assert deferred["spill_bytes"] == 0, kernel
+    d = defaults["persistent"]["tile_loops"][0]
+    rows = _loops(tmp_path, STRIXLM_ATTN_ITEM_ROWS="1")["tile_loops"][0]
+    both = _loops(tmp_path, STRIXLM_ATTN_ITEM_ROWS="1", STRIXLM_ATTN_DEFER_SUM="1")
+    assert d["top"]["PRMT"] >= 16 and "PRMT" not in rows["top"], (d, rows)
+    assert both["tile_loops"][0]["common"] < rows["common"] < d["common"], (d, rows, both)
+    assert both["spill_bytes"] == 0 and both["tile_loops"][0]["barriers"] < d["barriers"]

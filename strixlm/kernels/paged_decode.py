@@ -134,6 +134,14 @@ PERSISTENT_STAGES = env_int("STRIXLM_ATTN_PERSISTENT_STAGES", 3)
 # runs against 28,247-28,318 in six. STRIXLM_ATTN_LEAN_LOOP=0 keeps the per-tile q and
 # resets (read at import).
 LEAN_LOOP = os.environ.get("STRIXLM_ATTN_LEAN_LOOP", "1") == "1"
+# With the lean loop, and where the dealt items' q rows all fit the q tile (MAX_ITEMS * G <=
+# BLOCK_M: Qwen3-0.6B's two q heads a kv head and the usual one or two dealt items), every
+# item keeps its own rows of the tile and softmax state, and a tile's scores count only in
+# its item's rows. q is then loop invariant: sm90 SASS of the persistent tile
+# (benchmarks/sass_tile_loop.py) loses the per-tile repacking of the carried q for the MMA.
+# Not yet measured on the GPU, so off by default; STRIXLM_ATTN_ITEM_ROWS=1 turns it on
+# (read at import).
+ITEM_ROWS = os.environ.get("STRIXLM_ATTN_ITEM_ROWS", "0") == "1"
 # From this many sequences per program up to PERSISTENT_MIN_ITEMS, two segments per
 # sequence (x1.02 at batch 48 and 64 in the same sweep; four or more segments lost 1-10%
 # there, and below batch 33 the unified kernel's own split won). 0 disables the split.
@@ -262,8 +270,10 @@ if HAS_TRITON:
     def _tile_item(t, idx, seqs, lens, j_base, ends, q_lo, segs):
         # The item that holds the program's dealt tile t (the first whose end passes t): its
         # sequence, length, tile base (its tile t is tile t - base of the sequence), end (one
-        # past its last t), query token and segment; zeros past the program's items.
-        sel = idx == tl.sum((ends <= t).to(tl.int32), axis=0)
+        # past its last t), query token, segment and index among the program's items; zeros
+        # past the program's items (the index: their count).
+        i = tl.sum((ends <= t).to(tl.int32), axis=0)
+        sel = idx == i
         return (
             tl.sum(tl.where(sel, seqs, 0), axis=0),
             tl.sum(tl.where(sel, lens, 0), axis=0),
@@ -271,6 +281,7 @@ if HAS_TRITON:
             tl.sum(tl.where(sel, ends, 0), axis=0),
             tl.sum(tl.where(sel, q_lo, 0), axis=0),
             tl.sum(tl.where(sel, segs, 0), axis=0),
+            i,
         )
 
     @triton.jit
@@ -355,6 +366,7 @@ if HAS_TRITON:
         AHEAD: tl.constexpr = False,
         LEAN: tl.constexpr = False,
         PER_BLOCK: tl.constexpr = False,
+        ITEM_ROWS: tl.constexpr = False,
     ):
         p = tl.program_id(0)
         n_prog = tl.num_programs(0)
@@ -420,38 +432,53 @@ if HAS_TRITON:
         # The lean loop (items looked up ahead): q rows loaded where an item starts, not per
         # tile, and only the running max reset where one ends.
         LEAN_ITEMS: tl.constexpr = LEAN and AHEAD
+        # ITEM_ROWS (the launcher checks MAX_ITEMS * G <= BLOCK_M): every dealt item's q rows
+        # in the one q tile, item i at rows [i * G, (i + 1) * G), each row keeping its own
+        # softmax state; a tile's scores count only in its item's rows (q_abs -1 elsewhere).
+        # q is then loop invariant (no reload, no per-tile repacking for the MMA) and no row
+        # restarts at item ends.
+        ALL_ROWS: tl.constexpr = LEAN_ITEMS and ITEM_ROWS
+        row_item = offs_m // G
+        io_mask_d = (offs_d < HEAD_DIM)[None, :]
         acc, m_i, l_i = _fresh_state(BLOCK_M, DIM_P, TILE)
         j_base = firsts - los
         if AHEAD:
             # The current item's fields and the next one's (the first with tiles after it),
             # looked up again only where an item ends: each lookup is a few reductions across
             # the program's warps, which the per-tile lookup below pays at every tile.
-            c_seq, c_len, c_jb, c_end, c_tok, c_seg = _tile_item(
+            c_seq, c_len, c_jb, c_end, c_tok, c_seg, c_idx = _tile_item(
                 0, idx, seqs, lens, j_base, ends, q_lo, segs
             )  # fmt: skip
-            n_seq, n_len, n_jb, n_end, n_tok, n_seg = _tile_item(
+            n_seq, n_len, n_jb, n_end, n_tok, n_seg, n_idx = _tile_item(
                 c_end, idx, seqs, lens, j_base, ends, q_lo, segs
             )  # fmt: skip
             blk_next = tile_blocks(
                 block_table_ptr + c_seq.to(tl.int64) * stride_bt, 0 - c_jb,
                 tl.where(total > 0, c_len, 0), offs_t, BLOCK_SIZE, TILE, True, PER_BLOCK,
             )  # fmt: skip
-            if LEAN_ITEMS:  # the first item's q rows (zeros if there is none)
+            if ALL_ROWS:  # every item's q rows (zeros for rows of no item with a query)
+                pick = row_item[:, None] == idx[None, :]
+                row_tok = tl.sum(tl.where(pick, q_lo[None, :], 0), axis=1)
+                row_live = tl.sum(tl.where(pick, live.to(tl.int32)[None, :], 0), axis=1) > 0
+                q = load_q_rows(q_ptr, row_tok.to(tl.int64)[:, None], head, stride_qt,
+                                stride_qh, offs_d, row_live[:, None] & io_mask_d,
+                                k_cache_ptr)  # fmt: skip
+            elif LEAN_ITEMS:  # the first item's q rows (zeros if there is none)
                 q = load_q_rows(q_ptr, c_tok.to(tl.int64), head, stride_qt, stride_qh, offs_d,
                                 io_mask & (total > 0), k_cache_ptr)  # fmt: skip
         for t in range(0, total):
             if AHEAD:
                 if t == c_end:  # the next item starts: shift, and look up the one after it
                     c_seq, c_len, c_jb, c_end = n_seq, n_len, n_jb, n_end
-                    c_tok, c_seg = n_tok, n_seg
-                    n_seq, n_len, n_jb, n_end, n_tok, n_seg = _tile_item(
+                    c_tok, c_seg, c_idx = n_tok, n_seg, n_idx
+                    n_seq, n_len, n_jb, n_end, n_tok, n_seg, n_idx = _tile_item(
                         c_end, idx, seqs, lens, j_base, ends, q_lo, segs
                     )  # fmt: skip
-                    if LEAN_ITEMS:
+                    if LEAN_ITEMS and not ALL_ROWS:
                         q = load_q_rows(q_ptr, c_tok.to(tl.int64), head, stride_qt, stride_qh,
                                         offs_d, io_mask, k_cache_ptr)  # fmt: skip
             else:  # the item of tile t, looked up at every tile
-                c_seq, c_len, c_jb, c_end, c_tok, c_seg = _tile_item(
+                c_seq, c_len, c_jb, c_end, c_tok, c_seg, c_idx = _tile_item(
                     t, idx, seqs, lens, j_base, ends, q_lo, segs
                 )  # fmt: skip
             seq = c_seq
@@ -462,7 +489,10 @@ if HAS_TRITON:
             if not LEAN_ITEMS:
                 q = load_q_rows(q_ptr, tok, head, stride_qt, stride_qh, offs_d, io_mask,
                                 k_cache_ptr)  # fmt: skip
-            q_abs = _decode_limit(seq_len, BLOCK_M)
+            if ALL_ROWS:  # only this item's rows see the tile
+                q_abs = tl.where(row_item == c_idx, seq_len - 1, -1)
+            else:
+                q_abs = _decode_limit(seq_len, BLOCK_M)
             if AHEAD:
                 # The next tile's cache blocks (this item's next, or the next item's first):
                 # tile t's K / V addresses then depend on no load of this iteration, and the
@@ -484,19 +514,25 @@ if HAS_TRITON:
                 PER_BLOCK,
             )  # fmt: skip
             if last:
+                if ALL_ROWS:
+                    mine = row_item == c_idx
+                else:
+                    mine = row_ok
                 if NUM_SEGS > 1:  # a partial row for the merge, in the unified layout
                     row = (tok * NUM_Q_HEADS + head) * NUM_SEGS + c_seg
                     store_segment_partial(
-                        segm_acc_ptr, segm_max_ptr, segm_sum_ptr, row, row_ok, True, acc, m_i,
+                        segm_acc_ptr, segm_max_ptr, segm_sum_ptr, row, mine, True, acc, m_i,
                         l_i, offs_d, DIM_P,
                     )  # fmt: skip
                 else:
                     store_out_rows(out_ptr, tok, head, stride_ot, stride_oh, offs_d, acc, l_i,
-                                   out_scale, io_mask)  # fmt: skip
+                                   out_scale, mine[:, None] & io_mask_d)  # fmt: skip
             if LEAN_ITEMS:
-                # Only the running max restarts: the next tile's rescale factor is then
-                # exp2(-inf) = 0, which clears acc and l_i exactly (no selects for them).
-                m_i = tl.where(last, float("-inf"), m_i)
+                # Only the running max restarts (with ALL_ROWS nothing does: a row holds one
+                # item): the next tile's rescale factor is then exp2(-inf) = 0, which clears
+                # acc and l_i exactly (no selects for them).
+                if not ALL_ROWS:
+                    m_i = tl.where(last, float("-inf"), m_i)
             else:
                 acc = tl.where(last, 0.0, acc)
                 m_i = tl.where(last, float("-inf"), m_i)
@@ -680,6 +716,7 @@ def paged_decode_persistent(
         AHEAD=BLOCKS_AHEAD,
         LEAN=LEAN_LOOP,
         PER_BLOCK=per_block_tiles(tile, bs, pairs, kc, vc),
+        ITEM_ROWS=ITEM_ROWS and max_items * g <= block_m,
         num_warps=num_warps,
         num_stages=num_stages,
         launch_pdl=pdl,

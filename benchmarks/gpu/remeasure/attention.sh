@@ -128,30 +128,49 @@ section_tail64() {  # the tail's split heuristic at 32- and 64-token decode tile
   done
 }
 
+# screen_ab PREFIX "VAR=VALUE ...": a decode-attention setting per launch first, over the
+#   workload's decode batches b244-b40 (bench_decode_timeline.py: the default, the setting,
+#   the default again for drift; ~1 min); where the setting is faster over them by 0.5%,
+#   check_attention --quick with it and the workload with it on / off (ab_env, ~4 min more)
+screen_ab() {
+  local prefix=$1 settings=$2 cfg faster
+  for cfg in default1: "on:$settings" default2:; do
+    (if [[ -n ${cfg#*:} ]]; then export ${cfg#*:}; fi; run "${prefix}_${cfg%%:*}" 90 \
+      python benchmarks/gpu/bench_decode_timeline.py --workload 150 300 450 600 700 800 900 \
+      --variants deal:0.6 --json "$OUT/${prefix}_${cfg%%:*}.json")
+  done
+  faster=$(python - "$OUT/$prefix" <<'PY'
+import json, sys
+us = {k: sum(r["us_per_launch"] for r in json.load(open(f"{sys.argv[1]}_{k}.json")))
+      for k in ("default1", "on", "default2")}
+print({k: round(v, 1) for k, v in us.items()}, file=sys.stderr)
+print("yes" if us["on"] < 0.995 * min(us["default1"], us["default2"]) else "")
+PY
+  )
+  echo "$prefix ($settings) faster per launch: ${faster:-no, no workload A/B}"
+  if [[ -n $faster ]]; then ab_env "$prefix" "$settings"; fi
+}
+
 # defersum: each row's softmax sum carried per score element and summed where the row is
 #   stored (STRIXLM_ATTN_DEFER_SUM=1, attn_tiles.DEFER_SUM; sm90 SASS: the persistent tile
 #   480 -> 469 instructions and 9 -> 6 barriers, the unified decode loops 304 / 388 ->
-#   288 / 366 and 9 -> 6). Per launch first: the workload's decode batches b244-b40
-#   (bench_decode_timeline.py, default / deferred / default again for drift, ~1 min). Where
-#   deferred is faster over them by 0.5%: check_attention --quick with it, then the workload
-#   with it on / off, alternating (ab_env, ~4 min more)
+#   288 / 366 and 9 -> 6), screened per launch, then the workload if it wins (screen_ab)
 section_defersum() {  # the deferred row sum: per launch, then the workload if it wins
-  local cfg faster
-  for cfg in default1:0 defer:1 default2:0; do
-    STRIXLM_ATTN_DEFER_SUM=${cfg#*:} run "defersum_${cfg%%:*}" 90 \
-      python benchmarks/gpu/bench_decode_timeline.py --workload 150 300 450 600 700 800 900 \
-      --variants deal:0.6 --json "$OUT/defersum_${cfg%%:*}.json"
-  done
-  faster=$(python - "$OUT" <<'PY'
-import json, sys
-us = {k: sum(r["us_per_launch"] for r in json.load(open(f"{sys.argv[1]}/defersum_{k}.json")))
-      for k in ("default1", "defer", "default2")}
-print({k: round(v, 1) for k, v in us.items()}, file=sys.stderr)
-print("yes" if us["defer"] < 0.995 * min(us["default1"], us["default2"]) else "")
-PY
-  )
-  echo "deferred sums faster per launch: ${faster:-no, no workload A/B}"
-  if [[ -n $faster ]]; then ab_env defersum STRIXLM_ATTN_DEFER_SUM=1; fi
+  screen_ab defersum STRIXLM_ATTN_DEFER_SUM=1
+}
+
+# itemrows: every dealt item's q rows in the persistent kernel's one q tile, each row with
+#   its own softmax state (STRIXLM_ATTN_ITEM_ROWS=1, paged_decode.ITEM_ROWS): q loop
+#   invariant, no per-tile repacking of a carried q for the MMA (sm90 SASS: 480 -> 456
+#   instructions a tile, 22 PRMT gone, 8 more ldmatrix), screened then the workload
+section_itemrows() {  # all dealt items' q rows in one tile: per launch, then the workload
+  screen_ab itemrows STRIXLM_ATTN_ITEM_ROWS=1
+}
+
+# loopcuts: both of the above (the persistent tile 480 -> 434 instructions, 9 -> 6
+#   barriers), screened then the workload
+section_loopcuts() {  # the deferred sum and the item rows together
+  screen_ab loopcuts "STRIXLM_ATTN_DEFER_SUM=1 STRIXLM_ATTN_ITEM_ROWS=1"
 }
 
 # prefillsweep: the long-prefill config (paged_attention.PREFILL_CONFIG: block_m 64, tile 32,
