@@ -71,7 +71,8 @@ def compile_ptx(kind: str, stages: int, warps: int = 2) -> tuple[str, int]:
                       HAS_ORDER=True, FP8_PAIRS=False, FUSE_QK=False, BLOCK_G=2, HALF=64,
                       FP8=False, TIMING=False, DYNAMIC=True, PDL=True,
                       AHEAD=pdk.BLOCKS_AHEAD, LEAN=pdk.LEAN_LOOP,
-                      PER_BLOCK=PER_BLOCK, ITEM_ROWS=pdk.ITEM_ROWS)  # fmt: skip
+                      PER_BLOCK=PER_BLOCK, ITEM_ROWS=pdk.ITEM_ROWS,
+                      CAUSAL=pdk.CAUSAL_SCORES)  # fmt: skip
     else:
         kernel = pa._paged_attn_kernel
         consts = dict(SHAPE, BLOCK_M=16, BLOCK_Q=8, NUM_SEGS=1, SPLIT=False, IEEE=False,

@@ -591,14 +591,18 @@ def test_item_rows_change_no_value(monkeypatch, segs, n_prog, dynamic):
     row with its own softmax state, gives the lean loop's output bit for bit: programs of
     one to eight dealt items (with dynamic ones after them, or none), split segments, padded
     rows, NaN in every slot no sequence holds; and a deal whose rows would not fit the tile
-    (n_prog 1, no dynamic share: 11 items of 2 rows) keeps the lean loop."""
+    (n_prog 1, no dynamic share: 11 items of 2 rows) keeps the lean loop. So do scores
+    masked by the causal limit alone (STRIXLM_ATTN_CAUSAL_SCORES), with item rows or not."""
     b = Batch(ROWS, 4, 2, 32, 4, torch.float32, seed=2, pad_tokens=3, pad_seqs=3)
     _poison_unused_slots(b)
     monkeypatch.setattr(pdk, "ITEM_ROWS", False)
     before = _persistent(b, n_prog, num_segs=segs, dynamic_frac=dynamic)[: b.t]
     assert torch.isfinite(before).all()
-    monkeypatch.setattr(pdk, "ITEM_ROWS", True)
-    assert torch.equal(_persistent(b, n_prog, num_segs=segs, dynamic_frac=dynamic)[: b.t], before)
+    for rows, causal in ((True, False), (False, True), (True, True)):
+        monkeypatch.setattr(pdk, "ITEM_ROWS", rows)
+        monkeypatch.setattr(pdk, "CAUSAL_SCORES", causal)
+        got = _persistent(b, n_prog, num_segs=segs, dynamic_frac=dynamic)[: b.t]
+        assert torch.equal(got, before), (rows, causal)
 
 
 @pytest.mark.parametrize("segs", [1, 2])

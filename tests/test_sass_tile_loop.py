@@ -71,7 +71,7 @@ def test_unified_kernel_loops(tmp_path):
 def test_opt_in_cuts_take_work_off_the_tile(tmp_path):
     """STRIXLM_ATTN_DEFER_SUM: the row sum no longer crosses the two warps at every tile
     (both kernels). STRIXLM_ATTN_ITEM_ROWS: the persistent tile no longer repacks a carried
-    q for the MMA. Together they take both off."""
+    q for the MMA. Together they take both off, and STRIXLM_ATTN_CAUSAL_SCORES more."""
     defaults = {}
     for kernel in ("persistent", "unified"):
         default = defaults[kernel] = _loops(tmp_path, "--kernel", kernel)
@@ -85,3 +85,8 @@ def test_opt_in_cuts_take_work_off_the_tile(tmp_path):
     assert d["top"]["PRMT"] >= 16 and "PRMT" not in rows["top"], (d, rows)
     assert both["tile_loops"][0]["common"] < rows["common"] < d["common"], (d, rows, both)
     assert both["spill_bytes"] == 0 and both["tile_loops"][0]["barriers"] < d["barriers"]
+    # STRIXLM_ATTN_CAUSAL_SCORES: the length test leaves the score mask (the loads keep it).
+    three = _loops(tmp_path, STRIXLM_ATTN_ITEM_ROWS="1", STRIXLM_ATTN_DEFER_SUM="1",
+                   STRIXLM_ATTN_CAUSAL_SCORES="1")  # fmt: skip
+    assert three["tile_loops"][0]["common"] < both["tile_loops"][0]["common"], (both, three)
+    assert three["spill_bytes"] == 0

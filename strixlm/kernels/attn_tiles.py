@@ -219,6 +219,7 @@ if HAS_TRITON:
         K_ROWS: tl.constexpr,
         FP8_PAIRS: tl.constexpr,
         PER_BLOCK: tl.constexpr,
+        LEN_MASK: tl.constexpr = True,
     ):
         # One online-softmax step over KV tile j, whose cache blocks are blk (tile_blocks,
         # per token or PER_BLOCK): a caller that loads them a tile ahead keeps every K / V
@@ -256,7 +257,8 @@ if HAS_TRITON:
                     k = tl.trans(tl.load(kp))
                 else:
                     k = tl.load(tl.trans(kp))
-        return softmax_update(acc, m_i, l_i, q, k, v, qk_scale, pos, pos_ok, q_abs, MASKED, IEEE)
+        return softmax_update(acc, m_i, l_i, q, k, v, qk_scale, pos, pos_ok, q_abs, MASKED, IEEE,
+                              LEN_MASK=LEN_MASK)  # fmt: skip
 
     @triton.jit
     def attn_step_rows(
@@ -307,18 +309,24 @@ if HAS_TRITON:
     def softmax_update(
         acc, m_i, l_i, q, k, v, s_scale, pos, pos_ok, q_abs, MASKED: tl.constexpr,
         IEEE: tl.constexpr, p_scale=1.0, P_SCALED: tl.constexpr = False,
+        LEN_MASK: tl.constexpr = True,
     ):  # fmt: skip
         # The online-softmax update with one KV tile: k [D, TILE] and v [TILE, D] at
         # positions pos; scores times s_scale (log2 units); MASKED applies the causal limit
-        # (q_abs per row) and pos_ok (the positions that exist). P_SCALED: the tile's
-        # values weigh p_scale times its probabilities in the output (not in the sum).
+        # (q_abs per row) and pos_ok (the positions that exist), the latter only with
+        # LEN_MASK (a caller whose stored rows all have q_abs < kv_end may leave it to the
+        # loads). P_SCALED: the tile's values weigh p_scale times its probabilities in the
+        # output (not in the sum).
         if IEEE:
             s = tl.dot(q, k.to(q.dtype), input_precision="ieee")
         else:
             s = tl.dot(q, k.to(q.dtype))
         s = s * s_scale
         if MASKED:
-            ok = (pos[None, :] <= q_abs[:, None]) & pos_ok[None, :]
+            if LEN_MASK:
+                ok = (pos[None, :] <= q_abs[:, None]) & pos_ok[None, :]
+            else:
+                ok = pos[None, :] <= q_abs[:, None]
             s = tl.where(ok, s, float("-inf"))
         return online_softmax(acc, m_i, l_i, q, s, v, IEEE, p_scale, P_SCALED)
 

@@ -142,6 +142,13 @@ LEAN_LOOP = os.environ.get("STRIXLM_ATTN_LEAN_LOOP", "1") == "1"
 # Not yet measured on the GPU, so off by default; STRIXLM_ATTN_ITEM_ROWS=1 turns it on
 # (read at import).
 ITEM_ROWS = os.environ.get("STRIXLM_ATTN_ITEM_ROWS", "0") == "1"
+# Scores masked by the causal limit alone (the K / V loads keep the length test): a decode
+# row's limit is its sequence's last position, so the length test adds nothing to it, and
+# with ITEM_ROWS the limit is what keeps other items' rows out. sm90 SASS of the tile: 480
+# -> 472 instructions, and 434 -> 421 with ITEM_ROWS and attn_tiles.DEFER_SUM. The
+# opposite trim (the length test alone, session 41) was 13% slower a launch, so this waits
+# for the GPU: STRIXLM_ATTN_CAUSAL_SCORES=1 turns it on (read at import).
+CAUSAL_SCORES = os.environ.get("STRIXLM_ATTN_CAUSAL_SCORES", "0") == "1"
 # From this many sequences per program up to PERSISTENT_MIN_ITEMS, two segments per
 # sequence (x1.02 at batch 48 and 64 in the same sweep; four or more segments lost 1-10%
 # there, and below batch 33 the unified kernel's own split won). 0 disables the split.
@@ -367,6 +374,7 @@ if HAS_TRITON:
         LEAN: tl.constexpr = False,
         PER_BLOCK: tl.constexpr = False,
         ITEM_ROWS: tl.constexpr = False,
+        CAUSAL: tl.constexpr = False,
     ):
         p = tl.program_id(0)
         n_prog = tl.num_programs(0)
@@ -511,7 +519,7 @@ if HAS_TRITON:
                 acc, m_i, l_i, q, j, seq_len, q_abs, blk, k_cache_ptr, v_cache_ptr, head_off,
                 stride_cb, stride_cs, qk_scale, offs_t, offs_d, HEAD_DIM, HEAD_DIM == DIM_P,
                 BLOCK_SIZE, TILE, True, IEEE, K_ROWS, FP8_PAIRS,
-                PER_BLOCK,
+                PER_BLOCK, not CAUSAL,
             )  # fmt: skip
             if last:
                 if ALL_ROWS:
@@ -578,7 +586,7 @@ if HAS_TRITON:
                         acc, m_i, l_i, q, j, seq_len, q_abs, blk, k_cache_ptr, v_cache_ptr,
                         head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d, HEAD_DIM,
                         HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, True, IEEE, K_ROWS, FP8_PAIRS,
-                        PER_BLOCK,
+                        PER_BLOCK, not CAUSAL,
                     )  # fmt: skip
                 if NUM_SEGS > 1:  # the segment's partial row (an empty one: max -inf, sum 0)
                     row = (tok * NUM_Q_HEADS + head) * NUM_SEGS + i % NUM_SEGS
@@ -717,6 +725,7 @@ def paged_decode_persistent(
         LEAN=LEAN_LOOP,
         PER_BLOCK=per_block_tiles(tile, bs, pairs, kc, vc),
         ITEM_ROWS=ITEM_ROWS and max_items * g <= block_m,
+        CAUSAL=CAUSAL_SCORES,
         num_warps=num_warps,
         num_stages=num_stages,
         launch_pdl=pdl,

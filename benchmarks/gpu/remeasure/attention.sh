@@ -167,10 +167,18 @@ section_itemrows() {  # all dealt items' q rows in one tile: per launch, then th
   screen_ab itemrows STRIXLM_ATTN_ITEM_ROWS=1
 }
 
-# loopcuts: both of the above (the persistent tile 480 -> 434 instructions, 9 -> 6
+# causalscores: the persistent kernel's scores masked by the causal limit alone, the length
+#   test left to the K / V loads (STRIXLM_ATTN_CAUSAL_SCORES=1, paged_decode.CAUSAL_SCORES;
+#   sm90 SASS 480 -> 472 a tile), screened then the workload. Session 41's opposite trim
+#   (the length test alone) was 13% slower a launch
+section_causalscores() {  # scores masked by the causal limit alone: per launch, then workload
+  screen_ab causalscores STRIXLM_ATTN_CAUSAL_SCORES=1
+}
+
+# loopcuts: the three above together (the persistent tile 480 -> 421 instructions, 9 -> 6
 #   barriers), screened then the workload
-section_loopcuts() {  # the deferred sum and the item rows together
-  screen_ab loopcuts "STRIXLM_ATTN_DEFER_SUM=1 STRIXLM_ATTN_ITEM_ROWS=1"
+section_loopcuts() {  # the deferred sum, item rows and causal scores together
+  screen_ab loopcuts "STRIXLM_ATTN_DEFER_SUM=1 STRIXLM_ATTN_ITEM_ROWS=1 STRIXLM_ATTN_CAUSAL_SCORES=1"
 }
 
 # prefillsweep: the long-prefill config (paged_attention.PREFILL_CONFIG: block_m 64, tile 32,
