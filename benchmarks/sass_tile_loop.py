@@ -10,7 +10,8 @@ set them on the command line), assembles it with the ptxas that ships with trito
 disassembles it with its cuobjdump. Per tile loop (the persistent kernel's dealt loop; the
 unified kernel's unmasked and masked loops) it prints the instructions on the common path
 (the loop body less the branches it skips on most tiles: 10 or more instructions jumped
-over, such as an item's start and end), its barriers and its busiest opcodes, and the
+over, such as an item's start and end), its barriers and its busiest opcodes (the
+persistent kernel's loop 1 walks the dynamically handed-out items), and the
 kernel's registers, spills and shared memory. Session 40 found the workload follows this
 count (docs/benchmarks.md): a CPU-side check of a loop change before it costs device time.
 """
@@ -138,7 +139,9 @@ def main() -> int:
     regs = re.search(r"Used (\d+) registers", report)
     spill = re.search(r"(\d+) bytes spill stores", report)
     loops = tile_loops(sass)
-    n_tile = 1 if args.kernel == "persistent" else 2  # the first loops are the tile loops
+    # The first two loops are the tile loops: the persistent kernel's dealt loop and its
+    # dynamic items' loop; the unified kernel's unmasked and masked loops.
+    n_tile = 2
     knobs = {k: v for k, v in sorted(os.environ.items()) if k.startswith("STRIXLM_ATTN_")}
     out = dict(kernel=args.kernel, tile=args.tile, warps=args.warps, stages=stages, knobs=knobs,
                registers=int(regs.group(1)) if regs else None,

@@ -181,6 +181,35 @@ section_loopcuts() {  # the deferred sum, item rows and causal scores together
   screen_ab loopcuts "STRIXLM_ATTN_DEFER_SUM=1 STRIXLM_ATTN_ITEM_ROWS=1 STRIXLM_ATTN_CAUSAL_SCORES=1"
 }
 
+# dynshare: the persistent grid's dynamic share (paged_decode.DYNAMIC_FRAC, 0.6 since
+#   session 8, when fully dynamic was about even) per launch at the workload's decode
+#   batches b244-b40, 0.4 / 0.6 / 0.8 / 1.0 in one run (~1 min). The dealt loop now costs
+#   more a tile than the dynamic items' loop (sm90 SASS 480 against 366), so the balance
+#   may have moved. Where a share beats 0.6 by 0.5% over the batches: the workload with it
+#   and with 0.6, alternating, three pairs (~3 min)
+section_dynshare() {  # the dynamic share per launch, then the workload if another wins
+  local pick
+  run dynshare 150 python benchmarks/gpu/bench_decode_timeline.py --workload 150 300 450 \
+    600 700 800 900 --variants deal:0.6 deal:0.4 deal:0.8 deal:1.0 --json "$OUT/dynshare.json"
+  pick=$(python - "$OUT/dynshare.json" <<'PY'
+import json, sys
+us = {}
+for r in json.load(open(sys.argv[1])):
+    us[r["variant"]] = us.get(r["variant"], 0.0) + r["us_per_launch"]
+print({k: round(v, 1) for k, v in us.items()}, file=sys.stderr)
+best = min(us, key=us.get)
+if us[best] < 0.995 * us["deal:0.6"]:
+    print(best.split(":")[1])
+PY
+  )
+  echo "dynamic share pick: ${pick:-none, 0.6 stays}"
+  if [[ -n $pick ]]; then
+    run tp_warm 100 $TP --model qwen3-0.6b
+    ab_tp STRIXLM_ATTN_DYNAMIC_FRAC tp_dyn new1:"$pick" old1:0.6 new2:"$pick" old2:0.6 \
+      new3:"$pick" old3:0.6
+  fi
+}
+
 # prefillsweep: the long-prefill config (paged_attention.PREFILL_CONFIG: block_m 64, tile 32,
 #   4 warps, 3 stages, from session 9's sweep) swept again at one of the workload's admission
 #   steps (13 x 600-token prompts + 64 decodes; 48 configs, down to 32-row blocks, 16-token
