@@ -40,9 +40,10 @@ BLOCK_PTRS = os.environ.get("STRIXLM_ATTN_BLOCK_PTRS", "1") == "1"
 # Each row's softmax sum kept per score element ([rows, TILE], rescaled with the output)
 # and summed once, where the row is stored. The decode score tile's tokens are split over
 # the program's two warps, so the per-tile row sum crosses warps through shared memory:
-# sm90 SASS of the persistent tile (benchmarks/sass_tile_loop.py) 480 -> 460 instructions,
-# 9 -> 7 barriers. The same sum in another order (fp32 rounding). Not yet measured on the
-# GPU, so off by default; STRIXLM_ATTN_DEFER_SUM=1 turns it on (read at import).
+# sm90 SASS (benchmarks/sass_tile_loop.py): the persistent tile 480 -> 469 instructions
+# and 9 -> 6 barriers, the unified decode loops 304 / 388 -> 288 / 366 and 9 -> 6. The
+# same sum in another order (fp32 rounding). Not yet measured on the GPU, so off by
+# default; STRIXLM_ATTN_DEFER_SUM=1 turns it on (read at import).
 DEFER_SUM = os.environ.get("STRIXLM_ATTN_DEFER_SUM", "0") == "1"
 
 
