@@ -131,7 +131,8 @@ section_tail64() {  # the tail's split heuristic at 32- and 64-token decode tile
 # screen_ab PREFIX "VAR=VALUE ...": a decode-attention setting per launch first, over the
 #   workload's decode batches b244-b40 (bench_decode_timeline.py: the default, the setting,
 #   the default again for drift; ~1 min); where the setting is faster over them by 0.5%,
-#   check_attention --quick with it and the workload with it on / off (ab_env, ~4 min more)
+#   check_attention --quick with it and the workload with it on / off (ab_env, ~4 min more).
+#   SCREEN_ONLY=1 stops after the screen (several screens then fit one call)
 screen_ab() {
   local prefix=$1 settings=$2 cfg faster
   for cfg in default1: "on:$settings" default2:; do
@@ -148,7 +149,7 @@ print("yes" if us["on"] < 0.995 * min(us["default1"], us["default2"]) else "")
 PY
   )
   echo "$prefix ($settings) faster per launch: ${faster:-no, no workload A/B}"
-  if [[ -n $faster ]]; then ab_env "$prefix" "$settings"; fi
+  if [[ -n $faster && -z $SCREEN_ONLY ]]; then ab_env "$prefix" "$settings"; fi
 }
 
 # defersum: each row's softmax sum carried per score element and summed where the row is
@@ -186,7 +187,7 @@ section_loopcuts() {  # the deferred sum, item rows and causal scores together
 #   batches b244-b40, 0.4 / 0.6 / 0.8 / 1.0 in one run (~1 min). The dealt loop now costs
 #   more a tile than the dynamic items' loop (sm90 SASS 480 against 366), so the balance
 #   may have moved. Where a share beats 0.6 by 0.5% over the batches: the workload with it
-#   and with 0.6, alternating, three pairs (~3 min)
+#   and with 0.6, alternating, three pairs (~3 min; not with SCREEN_ONLY=1)
 section_dynshare() {  # the dynamic share per launch, then the workload if another wins
   local pick
   run dynshare 150 python benchmarks/gpu/bench_decode_timeline.py --workload 150 300 450 \
@@ -203,7 +204,7 @@ if us[best] < 0.995 * us["deal:0.6"]:
 PY
   )
   echo "dynamic share pick: ${pick:-none, 0.6 stays}"
-  if [[ -n $pick ]]; then
+  if [[ -n $pick && -z $SCREEN_ONLY ]]; then
     run tp_warm 100 $TP --model qwen3-0.6b
     ab_tp STRIXLM_ATTN_DYNAMIC_FRAC tp_dyn new1:"$pick" old1:0.6 new2:"$pick" old2:0.6 \
       new3:"$pick" old3:0.6
