@@ -437,6 +437,19 @@ def test_persistent_kernel_compiles_for_sm90():
     assert_compiles(AOT_SCRIPT)
 
 
+def test_opt_in_tile_cuts_compile_for_sm90():
+    """The deferred row sum (read at import), item rows and causal scores on the engine's
+    default loop (ids ahead, lean), in both of AOT_SCRIPT's kernels: the bf16 split grid and
+    the fp8 grid with the q/k prologue. The interpreter cannot tell whether sm90 compiles."""
+    script = AOT_SCRIPT.replace(
+        "AHEAD=not fp8, LEAN=False)", "AHEAD=True, LEAN=True, ITEM_ROWS=True, CAUSAL=True)"
+    ).replace("== (not fp8), k.metadata.shared", "or fp8, k.metadata.shared")
+    assert script.count("ITEM_ROWS=True") == 1 and "or fp8, k.metadata" in script
+    opt_in = "import os\nos.environ['STRIXLM_ATTN_DEFER_SUM'] = '1'\n"
+    assert_compiles(opt_in + script + "from strixlm.kernels import attn_tiles\n"
+                    "assert attn_tiles.DEFER_SUM\n")  # fmt: skip
+
+
 @pytest.mark.parametrize("segs", [1, 2])
 def test_block_ids_ahead_change_no_value(monkeypatch, segs):
     """The block ids loaded a tile ahead (BLOCKS_AHEAD / UNIFIED_AHEAD) only move loads:
