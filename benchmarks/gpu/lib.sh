@@ -1,6 +1,7 @@
 # Shared by the run_*.sh device scripts (source it from the repo root, after SECTIONS is set):
 # $OUT, PYTHONPATH with the serving wheels from .whl/ when present, has SECTION, and
-# run NAME LIMIT CMD... (log to $OUT/NAME.log, print its tail and the exit status), and
+# run NAME LIMIT CMD... (log to $OUT/NAME.log, print its tail and the exit status, and
+# return it), and
 # late_variants LOG (the Triton kernel variants a STRIXLM_VARIANT_WATCH=1 run built after
 # start-up, each a stall: strixlm/kernels/variant_watch.py).
 export PYTHONUNBUFFERED=1
@@ -17,6 +18,7 @@ run() {  # name, time limit (s), command...
   timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
   grep -v -i -E "warn|it/s\]|^\s*$" "$OUT/$name.log" | tail -n 40
   echo "--- $name: exit $rc after $((SECONDS - t0))s (124 = timed out)"
+  return $rc
 }
 late_variants() {  # log file of a run with STRIXLM_VARIANT_WATCH=1
   grep -E "start-up built" "$1"

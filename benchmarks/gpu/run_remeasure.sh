@@ -36,9 +36,13 @@ ab_fp8() {  # ENV_VAR LABEL:VALUE...: a warm-up, then the workload with fp8 KV o
   grep "strixlm  \|achieved" "$OUT"/tp_fp8_*.log
 }
 ab_env() {  # PREFIX "VAR=VALUE ...": check_attention under those settings, a warm-up, then
-  # the workload with them / without, alternating, three pairs
+  # the workload with them / without, alternating, three pairs (none if the check fails)
   local prefix=$1 settings=$2 i
-  (export $settings; run "attn_check_$prefix" 150 python benchmarks/gpu/check_attention.py --quick)
+  if ! (export $settings; run "attn_check_$prefix" 150 python benchmarks/gpu/check_attention.py \
+    --quick); then
+    echo "ab_env: check_attention failed under $settings; no workload runs"
+    return 1
+  fi
   run tp_warm 100 $TP --model qwen3-0.6b
   for i in 1 2 3; do
     (export $settings; run "tp_${prefix}_on$i" 100 $TP --model qwen3-0.6b \
