@@ -79,8 +79,9 @@ if HAS_TRITON:
 
     @triton.jit
     def row_sums(l_i):
-        # Each row's softmax sum [BLOCK_M] from the carried sums (fresh_sums).
-        if _DEFER_SUM:
+        # Each row's softmax sum [BLOCK_M] from the carried sums: per element ([BLOCK_M,
+        # TILE], fresh_sums under _DEFER_SUM) or per row already, as online_softmax tells.
+        if len(l_i.shape) == 2:
             l_i = tl.sum(l_i, axis=1)
         return l_i
 

@@ -415,7 +415,8 @@ if HAS_TRITON:
         offs_t = tl.arange(0, TILE)
         head = kv_head * G + offs_m % G
         row_ok = offs_m < G  # one query token: rows G.. are padding of the MMA tile
-        io_mask = row_ok[:, None] & (offs_d < HEAD_DIM)[None, :]
+        io_mask_d = (offs_d < HEAD_DIM)[None, :]
+        io_mask = row_ok[:, None] & io_mask_d
         if NUM_SEGS > 1:
             # Empty segments (short sequences) never reach a last tile: mark them empty for
             # the merge here (max -inf, sum 0), as the unified kernel's empty segments do.
@@ -447,7 +448,6 @@ if HAS_TRITON:
         # restarts at item ends.
         ALL_ROWS: tl.constexpr = LEAN_ITEMS and ITEM_ROWS
         row_item = offs_m // G
-        io_mask_d = (offs_d < HEAD_DIM)[None, :]
         acc, m_i, l_i = _fresh_state(BLOCK_M, DIM_P, TILE)
         j_base = firsts - los
         if AHEAD:

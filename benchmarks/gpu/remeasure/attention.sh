@@ -102,13 +102,20 @@ section_blockptrs() {  # aligned tiles' K / V pointers built per block (STRIXLM_
 #   around b203, where 64-token tiles at three an SM ran 173.0 vs 174.7 us in
 #   session 42) under each of SCREEN_CONFIGS (label=VAR=VALUE,VAR=VALUE; the
 #   default first and last, for drift), summed per config
+# timeline_under NAME "VAR=VALUE ..." STEP...: bench_decode_timeline.py's default kernel
+#   (deal:0.6) at those steps of the workload under the settings, JSON to $OUT/NAME.json
+timeline_under() {
+  local name=$1 settings=$2; shift 2
+  (for kv in $settings; do export "$kv"; done
+   run "$name" 90 python benchmarks/gpu/bench_decode_timeline.py --workload "$@" \
+     --variants deal:0.6 --json "$OUT/$name.json")
+}
+
 section_screen() {  # candidate grids per launch (the persistent decode kernel)
   C=STRIXLM_ATTN_PERSISTENT_CTAS T=STRIXLM_ATTN_DECODE_TILE
   for cfg in ${SCREEN_CONFIGS:-default= tile64c3=$T=64,$C=3 default2=}; do
-    label=${cfg%%=*} settings=${cfg#*=}
-    (for kv in ${settings//,/ }; do export "$kv"; done
-     run "screen_$label" 90 python benchmarks/gpu/bench_decode_timeline.py \
-       --workload ${SCREEN_STEPS:-250 275 300 325 350} --variants deal:0.6 --json "$OUT/screen_$label.json")
+    settings=${cfg#*=}
+    timeline_under "screen_${cfg%%=*}" "${settings//,/ }" ${SCREEN_STEPS:-250 275 300 325 350}
   done
   python - "$OUT" <<'PY'
 import glob, json, sys
@@ -136,9 +143,7 @@ section_tail64() {  # the tail's split heuristic at 32- and 64-token decode tile
 screen_ab() {
   local prefix=$1 settings=$2 cfg faster
   for cfg in default1: "on:$settings" default2:; do
-    (if [[ -n ${cfg#*:} ]]; then export ${cfg#*:}; fi; run "${prefix}_${cfg%%:*}" 90 \
-      python benchmarks/gpu/bench_decode_timeline.py --workload 150 300 450 600 700 800 900 \
-      --variants deal:0.6 --json "$OUT/${prefix}_${cfg%%:*}.json")
+    timeline_under "${prefix}_${cfg%%:*}" "${cfg#*:}" 150 300 450 600 700 800 900
   done
   faster=$(python - "$OUT/$prefix" <<'PY'
 import json, sys
