@@ -39,6 +39,9 @@ class SchedulerOutput:
     num_scheduled_tokens: dict[str, int] = field(default_factory=dict)
     # Requests the runner should drop (finished, aborted or preempted) before this step.
     finished_req_ids: set[str] = field(default_factory=set)
+    # Prompt tokens computed this step (prefix-cache hits are not computed; a preempted
+    # request's recomputed outputs are not prompt tokens).
+    num_prompt_tokens: int = 0
 
     @property
     def total_num_scheduled_tokens(self) -> int:
@@ -47,6 +50,11 @@ class SchedulerOutput:
     @property
     def is_empty(self) -> bool:
         return not self.num_scheduled_tokens
+
+
+def _prompt_tokens_in(req: Request, start: int, n: int) -> int:
+    """How many of the tokens [start, start + n) of req are its prompt's."""
+    return max(0, min(start + n, req.num_prompt_tokens) - start)
 
 
 @dataclass
@@ -139,6 +147,7 @@ class Scheduler:
                     new_ids = [a[b:] for a, b in zip(after, before, strict=True)]
                     out.cached_reqs.append(CachedRequestData(req.request_id, new_ids))
                 out.num_scheduled_tokens[req.request_id] = n
+                out.num_prompt_tokens += _prompt_tokens_in(req, req.num_computed_tokens, n)
                 req.num_computed_tokens += n
                 self._expect_sample(req)
                 budget -= n
@@ -170,6 +179,7 @@ class Scheduler:
                 )
             )
             out.num_scheduled_tokens[req.request_id] = n
+            out.num_prompt_tokens += _prompt_tokens_in(req, num_hit_tokens, n)
             req.num_computed_tokens = num_hit_tokens + n
             self._expect_sample(req)
             budget -= n

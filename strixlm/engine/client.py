@@ -71,6 +71,7 @@ class AsyncEngineClient:
         self.total_prompt_tokens = 0
         self.total_generation_tokens = 0
         self.interval = IntervalCounters()
+        self._last_interval_busy = False
         self.num_blocks = 0
         self.dead: str | None = None
         self._ids = itertools.count()
@@ -285,6 +286,9 @@ class AsyncEngineClient:
             self.log_stats()
 
     def log_stats(self) -> None:
+        """One line of throughput and cache figures for the interval just ended. An idle
+        server logs one idle line after its last busy interval, then goes quiet (DEBUG)
+        until work comes back, as vLLM does."""
         now = time.monotonic()
         dt = max(now - self.interval.since, 1e-9)
         s = self.stats
@@ -294,14 +298,22 @@ class AsyncEngineClient:
             if sched and sched.prefix_cache_queries
             else 0.0
         )
-        logger.info(
+        running = sched.num_running if sched else 0
+        waiting = sched.num_waiting if sched else 0
+        busy = bool(
+            self.interval.prompt_tokens or self.interval.generation_tokens or running or waiting
+        )
+        level = logging.INFO if busy or self._last_interval_busy else logging.DEBUG
+        self._last_interval_busy = busy
+        logger.log(
+            level,
             "Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f tokens/s, "
             "Running: %d reqs, Waiting: %d reqs, KV cache usage: %.1f%%, "
             "Prefix cache hit rate: %.1f%%",
             self.interval.prompt_tokens / dt,
             self.interval.generation_tokens / dt,
-            sched.num_running if sched else 0,
-            sched.num_waiting if sched else 0,
+            running,
+            waiting,
             100.0 * (sched.kv_cache_usage if sched else 0.0),
             hit,
         )

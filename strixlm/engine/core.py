@@ -112,8 +112,7 @@ class EngineCore:
         prompt_lps = handle.prompt_logprobs()
         t3 = time.perf_counter()
         outputs = self.scheduler.update_from_output(sched, sampled, logprobs, prompt_lps)
-        num_prompt = sched.total_num_scheduled_tokens - len(sampled)
-        stats = self.stats(num_prompt, len(sampled))
+        stats = self.stats(sched.num_prompt_tokens, len(sampled))
         if self.tracer is not None:
             t4 = time.perf_counter()
             self.tracer.add(
