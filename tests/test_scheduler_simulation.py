@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from strixlm.config import SchedulerConfig
-from strixlm.core.kv_cache_manager import FULL_ATTENTION, KVCacheGroupSpec, KVCacheManager
+from strixlm.core.kv_cache_manager import FULL_ATTENTION, MAMBA, KVCacheGroupSpec, KVCacheManager
 from strixlm.core.scheduler import Scheduler, SchedulerOutput
 from strixlm.engine.request import Request, RequestStatus, SamplingParams
 
@@ -56,16 +56,20 @@ def reference_outputs(prompt: list[int], max_tokens: int, max_len: int, eos: boo
 class _RowState:
     tokens: list[int]
     computed: int
-    blocks: list[int] = field(default_factory=list)
+    blocks: list[int] = field(default_factory=list)  # attention blocks
+    state_block: int | None = None  # a hybrid model's Mamba state block
 
 
 class SimRunner:
     """Executes scheduler outputs on a simulated paged KV cache."""
 
-    def __init__(self, block_size: int) -> None:
+    def __init__(self, block_size: int, hybrid: bool) -> None:
         self.block_size = block_size
+        self.hybrid = hybrid
         self.rows: dict[str, _RowState] = {}
         self.cache: dict[tuple[int, int], int] = {}  # (block, offset) -> KV value
+        # Mamba state block -> the KV value of the last token folded into it.
+        self.states: dict[int, int] = {}
 
     def _slot(self, row: _RowState, pos: int) -> tuple[int, int]:
         return row.blocks[pos // self.block_size], pos % self.block_size
@@ -75,11 +79,15 @@ class SimRunner:
             self.rows.pop(rid, None)
         for new in sched.new_reqs:
             req = new.request
-            self.rows[req.request_id] = _RowState(
-                list(req.all_token_ids), new.num_computed_tokens, list(new.block_ids[0])
-            )
+            row = _RowState(list(req.all_token_ids), new.num_computed_tokens)
+            row.blocks = list(new.block_ids[0])
+            if self.hybrid:
+                (row.state_block,) = new.block_ids[1]  # one state block a request
+            self.rows[req.request_id] = row
         for cached in sched.cached_reqs:
             self.rows[cached.request_id].blocks.extend(cached.new_block_ids[0])
+            if self.hybrid:
+                assert not cached.new_block_ids[1], "a second Mamba state block"
         sampled = {}
         for rid, n in sched.num_scheduled_tokens.items():
             row = self.rows[rid]
@@ -93,6 +101,12 @@ class SimRunner:
             read = [self.cache.get(self._slot(row, pos)) for pos in range(start + n)]
             want = [_kv_value(row.tokens[: pos + 1]) for pos in range(start + n)]
             assert read == want, f"{rid}: KV read through its block table is wrong"
+            if self.hybrid:
+                # The state carries on from the last computed token (nothing before a
+                # prompt's first chunk), and is left at this step's last.
+                blk = row.state_block
+                assert start == 0 or self.states.get(blk) == want[start - 1], f"{rid}: state"
+                self.states[blk] = want[-1]
             row.computed = start + n
             if row.computed == len(row.tokens):
                 tok = _next_token(read)
@@ -112,6 +126,7 @@ class Traffic:
     block_size: int = 4
     max_num_seqs: int = 6
     max_model_len: int = 60
+    hybrid: bool = False  # attention blocks plus one Mamba state block a request
 
 
 def _check_pool(sched: Scheduler) -> None:
@@ -120,7 +135,7 @@ def _check_pool(sched: Scheduler) -> None:
     kv, pool = sched.kv, sched.kv.pool
     held: dict[int, int] = {}
     for blocks in kv.req_blocks.values():
-        for bid in blocks[0]:
+        for bid in (b for group in blocks for b in group):
             held[bid] = held.get(bid, 0) + 1
     for blk in pool.blocks[1:]:
         assert blk.ref_cnt == held.get(blk.block_id, 0), f"block {blk.block_id} ref count"
@@ -132,10 +147,12 @@ def _check_pool(sched: Scheduler) -> None:
 def run_traffic(cfg: Traffic) -> tuple[Scheduler, dict[str, Request], set[str]]:
     rng = random.Random(cfg.seed)
     groups = [KVCacheGroupSpec(FULL_ATTENTION, ("a0",), cfg.block_size)]
+    if cfg.hybrid:
+        groups.append(KVCacheGroupSpec(MAMBA, ("m0",), cfg.block_size))
     kv = KVCacheManager(groups, cfg.num_blocks, cfg.block_size, cfg.enable_caching)
     sched_cfg = SchedulerConfig(cfg.max_num_seqs, cfg.budget, cfg.chunked)
     sched = Scheduler(sched_cfg, kv, cfg.max_model_len)
-    runner = SimRunner(cfg.block_size)
+    runner = SimRunner(cfg.block_size, cfg.hybrid)
     prefixes = [[rng.randrange(1, VOCAB) for _ in range(rng.randrange(4, 20))] for _ in range(3)]
     requests: dict[str, Request] = {}
     aborted: set[str] = set()
@@ -185,7 +202,7 @@ CONFIGS = [
         (False, True, 8, 30),  # no prefix cache, small budget: long chunking
         (True, False, 64, 40),  # whole prompts only
     )
-]
+] + [Traffic(seed, True, True, True, 16, 30, hybrid=True) for seed in range(4)]
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c}".replace(" ", ""))
