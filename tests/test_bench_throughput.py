@@ -102,6 +102,15 @@ def test_dummy_padded_generate_subset(tiny_model: str, capsys) -> None:
     assert "first 4 of 6" in printed
     assert "memory floor: " in printed and "% of the floor" in printed
     assert result["memory_floor"]["floor_output_tok_s"] > 0
+    # The compute-aware bound: the floor's schedule and bandwidth, plus compute, so never
+    # above the floor.
+    rl, mf = result["roofline"], result["memory_floor"]
+    assert "compute-aware bound: " in printed
+    assert rl["bandwidth"] == mf["bandwidth"] and rl["steps"] == mf["steps"]
+    assert 0 < rl["bound_output_tok_s"] <= mf["floor_output_tok_s"]
+    assert rl["achieved_fraction"] == pytest.approx(
+        result["strixlm"]["output_tok_s"] / rl["bound_output_tok_s"]
+    )
 
 
 def test_sampled_workload_is_seeded(tiny_model: str) -> None:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -126,6 +127,7 @@ def _shape(
     expert_params: int = 0,
     conv_state_elems: int = 0,
     ssm_state_elems: int = 0,
+    q_elems_per_token: int = 0,
 ) -> dict[str, int]:
     return {
         # Read every step, in the model dtype (routed experts excluded).
@@ -143,6 +145,9 @@ def _shape(
         # Mamba state of one request, all Mamba layers: conv (model dtype), SSM (fp32).
         "conv_state_elems": conv_state_elems,
         "ssm_state_elems": ssm_state_elems,
+        # Query elements of one token over all attention layers (heads x head_dim each):
+        # what attention's FLOPs scale with (roofline.py), not a byte of the floor.
+        "q_elems_per_token": q_elems_per_token,
     }
 
 
@@ -180,9 +185,11 @@ def _decoder_shape(cfg: Any) -> dict[str, int]:
     lm_head = vocab * h
     kv = 2 * layers * kv_heads * head_dim
     experts = _get(cfg, "num_experts", 0) or _get(cfg, "num_local_experts", 0)
+    q_elems = layers * cfg.num_attention_heads * head_dim
     if not experts:
         mlp = 3 * h * cfg.intermediate_size  # gate, up, down
-        return _shape(layers * (attn + mlp + norms) + h + lm_head, lm_head, vocab * h, kv)
+        weights = layers * (attn + mlp + norms) + h + lm_head
+        return _shape(weights, lm_head, vocab * h, kv, q_elems_per_token=q_elems)
     moe_layers = _moe_layer_count(cfg, layers)
     inter = _get(cfg, "moe_intermediate_size", cfg.intermediate_size)
     fixed_moe = h * experts  # the router
@@ -206,6 +213,7 @@ def _decoder_shape(cfg: Any) -> dict[str, int]:
         num_experts=experts,
         experts_per_token=cfg.num_experts_per_tok,
         expert_params=3 * h * inter,  # gate, up, down
+        q_elems_per_token=q_elems,
     )
 
 
@@ -232,11 +240,12 @@ def _nemotron_h_shape(cfg: Any) -> dict[str, int]:
         weights += n_mamba * mamba
         conv_state = n_mamba * d.conv_dim * (d.conv_kernel - 1)
         ssm_state = n_mamba * d.num_heads * d.head_dim * d.state_size
-    kv = 0
+    kv = q_elems = 0
     if n_attn:
         attn, kv_heads, head_dim = _attention_params(cfg, h)
         weights += n_attn * attn
         kv = 2 * n_attn * kv_heads * head_dim
+        q_elems = n_attn * cfg.num_attention_heads * head_dim
     bias = bool(_get(cfg, "mlp_bias", False))
 
     def mlp(width: int, inter: int) -> int:  # up + down (ReLU^2: no gate)
@@ -268,6 +277,7 @@ def _nemotron_h_shape(cfg: Any) -> dict[str, int]:
         expert_params=expert,
         conv_state_elems=conv_state,
         ssm_state_elems=ssm_state,
+        q_elems_per_token=q_elems,
         **shape,
     )
 
@@ -278,6 +288,90 @@ def model_shape(cfg: Any) -> dict[str, int]:
     if _get(cfg, "hybrid_override_pattern") or _get(cfg, "layers_block_type"):
         return _nemotron_h_shape(cfg)
     return _decoder_shape(cfg)
+
+
+@dataclass
+class StepLoad:
+    """What one step of the simulated schedule computes and moves, in tokens and requests."""
+
+    tokens: int  # scheduled tokens (prefill chunks and decodes)
+    sampled: int  # requests that sample a token (decodes, prompts reaching their end)
+    kv_read: int  # tokens of KV read
+    kv_written: int  # tokens of KV written
+    state_reads: int  # request states read (hybrid models)
+    state_writes: int
+    # (chunk tokens, tokens of context before the chunk) of each prefill chunk
+    prefill_chunks: list[tuple[int, int]] = field(default_factory=list)
+
+
+def schedule_loads(
+    requests: Sequence[tuple[int, int]], max_num_seqs: int, max_num_batched_tokens: int
+) -> list[StepLoad]:
+    """The scheduler's continuous batching of `requests` ((input_len, output_len) each, all
+    queued at once, in arrival order), step by step (see the module docstring)."""
+    budget = max_num_batched_tokens
+    reqs = np.asarray(requests, dtype=np.int64).reshape(-1, 2)
+    if budget < 1 or max_num_seqs < 1:
+        raise ValueError("max_num_seqs and max_num_batched_tokens must be positive")
+    if len(reqs) and (reqs[:, 0].min() < 1 or reqs[:, 1].min() < 1):
+        raise ValueError("every request needs at least one input and one output token")
+
+    # Running requests, in admission order: prompt length, tokens in the KV cache, output
+    # tokens still to sample.
+    prompt = np.zeros(0, np.int64)
+    computed = np.zeros(0, np.int64)
+    left = np.zeros(0, np.int64)
+    nxt = 0
+    loads = []
+    while nxt < len(reqs) or len(prompt):
+        # Running requests first: a decode wants 1 token, a partial prefill the rest of its
+        # prompt; each gets what is left of the budget after those before it.
+        want = np.where(computed < prompt, prompt - computed, 1)
+        before = np.cumsum(want) - want
+        n = np.minimum(want, np.maximum(budget - before, 0))
+        used = int(n.sum())
+        decode = (computed >= prompt) & (n > 0)
+        chunk = ~decode & (n > 0)
+        step = StepLoad(
+            tokens=0,
+            sampled=0,
+            # A decode reads its KV and its new token's; a later prefill chunk the chunks
+            # before it.
+            kv_read=int((computed[decode] + 1).sum()) + int(computed[chunk].sum()),
+            kv_written=used,
+            # Running requests continue their state: read, then write.
+            state_reads=int((n > 0).sum()),
+            state_writes=int((n > 0).sum()),
+            prefill_chunks=list(zip(n[chunk].tolist(), computed[chunk].tolist(), strict=True)),
+        )
+        computed = computed + n
+        # A decode samples; a prefill samples when its chunk reaches the end of the prompt.
+        sampled = decode | (chunk & (computed == prompt))
+        step.sampled = int(sampled.sum())
+        left = left - sampled
+        # Then new requests, in order, while slots and budget last.
+        new_p, new_c, new_l = [], [], []
+        while nxt < len(reqs) and used < budget and len(prompt) + len(new_p) < max_num_seqs:
+            p, o = (int(x) for x in reqs[nxt])
+            c = min(p, budget - used)
+            used += c
+            step.kv_written += c
+            step.state_writes += 1  # a first chunk starts from zeros: write only
+            step.prefill_chunks.append((c, 0))
+            step.sampled += c == p
+            new_p.append(p)
+            new_c.append(c)
+            new_l.append(o - (c == p))
+            nxt += 1
+        if new_p:
+            prompt = np.concatenate([prompt, new_p])
+            computed = np.concatenate([computed, new_c])
+            left = np.concatenate([left, new_l])
+        step.tokens = used
+        loads.append(step)
+        keep = left > 0
+        prompt, computed, left = prompt[keep], computed[keep], left[keep]
+    return loads
 
 
 def workload_floor(
@@ -302,68 +396,23 @@ def workload_floor(
     num_experts, top_k = shape["num_experts"], shape["experts_per_token"]
     kv_tok = shape["kv_elems_per_token"] * kv_dtype_bytes
     state_bytes = shape["conv_state_elems"] * dtype_bytes + shape["ssm_state_elems"] * 4
-    budget = max_num_batched_tokens
-    reqs = np.asarray(requests, dtype=np.int64).reshape(-1, 2)
-    if budget < 1 or max_num_seqs < 1:
-        raise ValueError("max_num_seqs and max_num_batched_tokens must be positive")
-    if len(reqs) and (reqs[:, 0].min() < 1 or reqs[:, 1].min() < 1):
-        raise ValueError("every request needs at least one input and one output token")
-
-    # Running requests, in admission order: prompt length, tokens in the KV cache, output
-    # tokens still to sample.
-    prompt = np.zeros(0, np.int64)
-    computed = np.zeros(0, np.int64)
-    left = np.zeros(0, np.int64)
-    nxt = steps = 0
-    kv_read = kv_written = 0  # in tokens
-    state_reads = state_writes = 0  # in request-states
-    expert_loads = 0.0  # experts read per MoE layer, summed over steps
-    while nxt < len(reqs) or len(prompt):
-        # Running requests first: a decode wants 1 token, a partial prefill the rest of its
-        # prompt; each gets what is left of the budget after those before it.
-        want = np.where(computed < prompt, prompt - computed, 1)
-        before = np.cumsum(want) - want
-        n = np.minimum(want, np.maximum(budget - before, 0))
-        used = int(n.sum())
-        decode = (computed >= prompt) & (n > 0)
-        kv_read += int((computed[decode] + 1).sum())
-        kv_read += int(computed[~decode & (n > 0)].sum())  # later prefill chunks
-        kv_written += used
-        # Running requests continue their state: read, then write.
-        state_reads += int((n > 0).sum())
-        state_writes += int((n > 0).sum())
-        computed = computed + n
-        # A decode samples; a prefill samples when its chunk reaches the end of the prompt.
-        sampled = decode | ((n > 0) & ~decode & (computed == prompt))
-        left = left - sampled
-        # Then new requests, in order, while slots and budget last.
-        new_p, new_c, new_l = [], [], []
-        while nxt < len(reqs) and used < budget and len(prompt) + len(new_p) < max_num_seqs:
-            p, o = (int(x) for x in reqs[nxt])
-            c = min(p, budget - used)
-            used += c
-            kv_written += c
-            state_writes += 1  # a first chunk starts from zeros: write only
-            new_p.append(p)
-            new_c.append(c)
-            new_l.append(o - (c == p))
-            nxt += 1
-        if new_p:
-            prompt = np.concatenate([prompt, new_p])
-            computed = np.concatenate([computed, new_c])
-            left = np.concatenate([left, new_l])
-        steps += 1
-        if num_experts:
-            expert_loads += expected_experts(num_experts, top_k, used)
-        keep = left > 0
-        prompt, computed, left = prompt[keep], computed[keep], left[keep]
+    loads = schedule_loads(requests, max_num_seqs, max_num_batched_tokens)
+    steps = len(loads)
+    kv_read = sum(s.kv_read for s in loads)  # in tokens
+    kv_written = sum(s.kv_written for s in loads)
+    state_reads = sum(s.state_reads for s in loads)  # in request-states
+    state_writes = sum(s.state_writes for s in loads)
+    # Experts read per MoE layer, summed over steps.
+    expert_loads = (
+        sum(expected_experts(num_experts, top_k, s.tokens) for s in loads) if num_experts else 0.0
+    )
 
     experts_total = expert_loads * expert_bytes if num_experts else 0
     weights_total = steps * fixed_bytes + experts_total
     kv_read_b, kv_write_b = kv_read * kv_tok, kv_written * kv_tok
     state_read_b, state_write_b = state_reads * state_bytes, state_writes * state_bytes
     total = weights_total + kv_read_b + kv_write_b + state_read_b + state_write_b
-    out_tokens = int(reqs[:, 1].sum()) if len(reqs) else 0
+    out_tokens = int(sum(o for _, o in requests))
     floor_s = total / bandwidth
     return {
         "bytes": total,

@@ -6,7 +6,10 @@ strixlm is timed through the offline LLM API (construction excluded, a few warm-
 first); with --compare hf, HF transformers runs the same requests next (see hf_peer.py for its
 configuration) and the ratio of output tok/s is reported. Beside it, the workload's memory
 floor on this device (memory_floor.py: bytes the schedule must move over the measured copy
-bandwidth) and the fraction of it strixlm achieved. Prints a table and writes JSON.
+bandwidth) and the fraction of it strixlm achieved, and a compute-aware bound (roofline.py:
+the same schedule with each step's linear layers and attention at the larger of their bytes'
+and their FLOPs' time, at the measured copy bandwidth and matmul rate). Prints a table and
+writes JSON.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import torch
 from transformers import AutoConfig
 
 from strixlm.benchmarks.memory_floor import measure_copy_bandwidth, workload_floor
+from strixlm.benchmarks.roofline import measure_matmul_flops, workload_roofline
 from strixlm.benchmarks.workload import (
     DEFAULT_INPUT_LEN_RANGE,
     DEFAULT_NUM_PROMPTS,
@@ -264,6 +268,14 @@ def format_table(result: dict) -> str:
             "copy bandwidth)"
         )
         out.append(f"achieved: {100 * mf['achieved_fraction']:.1f}% of the floor")
+    if (rl := result.get("roofline")) and "bound_output_tok_s" in rl:
+        out.append(
+            f"compute-aware bound: {rl['bound_output_tok_s']:,.0f} output tok/s (kernels in "
+            f"sequence; matmul at {rl['matmul_flops'] / 1e12:.3g} TFLOP/s measured; "
+            f"{rl['linear_compute_over_bytes_s'] + rl['attention_compute_over_bytes_s']:.3g} s "
+            f"of compute the floor does not count); achieved: "
+            f"{100 * rl['achieved_fraction']:.1f}% of it"
+        )
     if "ratio" in result:
         ratio = "n/a" if result["ratio"] is None else f"{result['ratio']:.2f}x"
         note = ""
@@ -317,6 +329,41 @@ def memory_floor(
     floor["achieved_fraction"] = ours.output_tok_s / floor["floor_output_tok_s"]
     floor["model"] = "memory_floor.workload_floor: weights once per step + KV read/write"
     return floor
+
+
+def roofline(
+    args: argparse.Namespace,
+    hf_config,
+    dtype: torch.dtype,
+    device: str,
+    workload: Workload,
+    ours: RunResult,
+    result: dict,
+) -> dict:
+    """The compute-aware bound at the floor's bandwidth and the matmul rate measured on
+    `device` in the model dtype, and the fraction of it strixlm achieved ({"error": ...}
+    where the floor has none)."""
+    floor = result["memory_floor"]
+    if "bandwidth" not in floor:
+        return {"error": floor.get("error", "no memory floor")}
+    try:
+        flops = measure_matmul_flops(device, dtype)
+        reqs = [(len(p), o) for p, o in zip(workload.prompts, workload.output_lens, strict=True)]
+        bound = workload_roofline(
+            hf_config,
+            floor["dtype_bytes"],
+            floor["kv_dtype_bytes"],
+            reqs,
+            args.max_num_seqs,
+            floor["bandwidth"],
+            flops,
+            args.max_num_batched_tokens,
+        )
+    except (NotImplementedError, AttributeError, RuntimeError, ValueError) as e:
+        logger.warning("compute-aware bound not computed: %s", e)
+        return {"error": str(e)}
+    bound["achieved_fraction"] = ours.output_tok_s / bound["bound_output_tok_s"]
+    return bound
 
 
 def _run_peer(
@@ -411,6 +458,7 @@ def run(args: argparse.Namespace) -> dict:
     if bad := ours.check_lengths(workload.output_lens):
         logger.warning("strixlm: %d requests did not produce their output length", len(bad))
     result["memory_floor"] = memory_floor(args, hf_config, dtype, device, workload, ours)
+    result["roofline"] = roofline(args, hf_config, dtype, device, workload, ours, result)
     if args.compare == "hf":
         # Our figures first: a peer that fails (out of memory, say) must not lose them.
         print(format_table(result), flush=True)

@@ -1,0 +1,131 @@
+"""A compute-aware bound of a throughput workload, beside its memory floor.
+
+The memory floor (memory_floor.py) divides the bytes a schedule must move by the copy
+bandwidth, as if every step were memory bound. An engine that runs a layer's kernels one
+after another (this one, vLLM, SGLang) has two phases in every step that cannot hide each
+other: the linear layers, which read the weights once and do 2 FLOPs per parameter per
+token, and attention, which reads the KV cache and does 4 FLOPs per query-key pair per head
+dimension (q k^T and p v). Each phase takes at least max(bytes / bandwidth, FLOPs / matmul
+rate). Prefill steps and large decode batches make the linear phase compute bound, and the
+floor does not count that time.
+
+`workload_roofline` walks the memory floor's schedule (`schedule_loads`) and sums, step by
+step:
+- linear: max(weight bytes / bandwidth, (2 x tokens x linear params a token uses + 2 x
+  sampling rows x LM head params) / rate). The LM head runs only for the rows that sample.
+  Routed experts count top_k per token for FLOPs and the expected distinct experts for
+  bytes, as in the floor.
+- attention: max((KV read + KV written + Mamba state) bytes / bandwidth, 4 x query-key pairs
+  x query width / rate), where a decode's pairs are its context and a prefill chunk of c
+  tokens after k cached ones has c x k + c (c + 1) / 2.
+
+Not counted: norms, activations, rotary, the sampler, a Mamba mixer's scan and convolution
+FLOPs (its projections are counted), and every kernel's start and end. The rate should be
+what a large matmul reaches on the device (`measure_matmul_flops`), not the data-sheet peak.
+A real engine can only approach the bound from below. It is a different bound from the
+issue's memory floor, not a replacement for it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from strixlm.benchmarks.memory_floor import expected_experts, model_shape, schedule_loads
+
+
+def measure_matmul_flops(
+    device: str, dtype: torch.dtype = torch.bfloat16, n: int | None = None, iters: int = 10
+) -> float:
+    """FLOP/s of an n x n x n matmul in `dtype`, the median of `iters` timed runs after a
+    warm-up. n defaults to 8192 on CUDA (1.1 TFLOP a run) and 512 on CPU, where the model
+    dtype may be float32 or bfloat16 alike."""
+    dev = torch.device(device)
+    size = n or (8192 if dev.type == "cuda" else 512)
+    a = torch.randn(size, size, device=dev).to(dtype)
+    b = torch.randn(size, size, device=dev).to(dtype)
+    flop = 2.0 * size**3
+    times = []
+    if dev.type == "cuda":
+        warm_until = time.perf_counter() + 0.1
+        while time.perf_counter() < warm_until:
+            torch.matmul(a, b)
+            torch.cuda.synchronize(dev)
+        for _ in range(iters):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            torch.matmul(a, b)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+    else:
+        torch.matmul(a, b)
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            torch.matmul(a, b)
+            times.append(time.perf_counter() - t0)
+    return flop / statistics.median(times)
+
+
+def workload_roofline(
+    model_cfg: Any,
+    dtype_bytes: int,
+    kv_dtype_bytes: int,
+    requests: Sequence[tuple[int, int]],
+    max_num_seqs: int,
+    bandwidth: float,
+    flops: float,
+    max_num_batched_tokens: int = 2048,
+) -> dict[str, Any]:
+    """The bound (seconds, output tok/s) at `bandwidth` bytes/s and `flops` FLOP/s, with the
+    seconds each phase spends above its bytes' time (what the memory floor leaves out)."""
+    if bandwidth <= 0 or flops <= 0:
+        raise ValueError("bandwidth and flops must be positive")
+    shape = model_shape(model_cfg)
+    fixed_bytes = shape["weight_params"] * dtype_bytes + shape["fp32_params"] * 4
+    num_experts, top_k = shape["num_experts"], shape["experts_per_token"]
+    expert_bytes = shape["moe_layers"] * shape["expert_params"] * dtype_bytes
+    lm_head = shape["lm_head_params"]
+    # Parameters one token multiplies through, the LM head aside (tied or not).
+    token_params = (shape["weight_params"] + shape["fp32_params"] - lm_head) + shape[
+        "moe_layers"
+    ] * top_k * shape["expert_params"]
+    kv_tok = shape["kv_elems_per_token"] * kv_dtype_bytes
+    state_bytes = shape["conv_state_elems"] * dtype_bytes + shape["ssm_state_elems"] * 4
+    q_elems = shape["q_elems_per_token"]
+
+    linear_s = attention_s = linear_extra_s = attention_extra_s = 0.0
+    loads = schedule_loads(requests, max_num_seqs, max_num_batched_tokens)
+    for step in loads:
+        experts = expected_experts(num_experts, top_k, step.tokens) if num_experts else 0.0
+        weight_s = (fixed_bytes + experts * expert_bytes) / bandwidth
+        gemm_s = (2.0 * step.tokens * token_params + 2.0 * step.sampled * lm_head) / flops
+        linear_s += max(weight_s, gemm_s)
+        linear_extra_s += max(0.0, gemm_s - weight_s)
+        moved = (step.kv_read + step.kv_written) * kv_tok
+        moved += (step.state_reads + step.state_writes) * state_bytes
+        pairs = step.kv_read - sum(k for _, k in step.prefill_chunks)
+        pairs += sum(c * k + c * (c + 1) / 2 for c, k in step.prefill_chunks)
+        kv_s, attn_math_s = moved / bandwidth, 4.0 * pairs * q_elems / flops
+        attention_s += max(kv_s, attn_math_s)
+        attention_extra_s += max(0.0, attn_math_s - kv_s)
+    out_tokens = int(sum(o for _, o in requests))
+    bound_s = linear_s + attention_s
+    return {
+        "bandwidth": bandwidth,
+        "matmul_flops": flops,
+        "steps": len(loads),
+        "linear_s": linear_s,
+        "attention_s": attention_s,
+        # Time above the phases' bytes: compute the memory floor does not count.
+        "linear_compute_over_bytes_s": linear_extra_s,
+        "attention_compute_over_bytes_s": attention_extra_s,
+        "bound_s": bound_s,
+        "output_tokens": out_tokens,
+        "bound_output_tok_s": out_tokens / bound_s if bound_s > 0 else float("inf"),
+    }
