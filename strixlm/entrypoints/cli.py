@@ -232,10 +232,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks")
     bsub = bench.add_subparsers(dest="bench_command", required=True)
+    from strixlm.benchmarks import latency as bench_latency
     from strixlm.benchmarks import serve as bench_serve
     from strixlm.benchmarks import throughput as bench_tp
 
-    for name, mod in (("throughput", bench_tp), ("serve", bench_serve)):
+    for name, mod in (("throughput", bench_tp), ("latency", bench_latency), ("serve", bench_serve)):
         bp = bsub.add_parser(name, help=(mod.__doc__ or "").strip().splitlines()[0])
         mod.add_args(bp)
         bp.set_defaults(func=_bench, bench_run=mod.run)

@@ -267,6 +267,18 @@ section_b1serve() {
   bash benchmarks/gpu/run_issue3.sh serve 2>&1 | grep -v -i warn | tail -24
 }
 
+# benchlatency: `strixlm bench latency` with its HF peer (static cache, compiled decode) at
+#   batch 1 and 32, 512-token prompts, 128 output tokens: the issue's batch-1 figure from the
+#   user-facing command, beside profile_step.py's
+section_benchlatency() {
+  for b in 1 32; do
+    run "lat_b$b" 300 python -m strixlm.benchmarks.latency --model qwen3-0.6b --dtype bfloat16 \
+      --device cuda --batch-size "$b" --input-len 512 --output-len 128 --compare hf \
+      --output-json "$OUT/lat_b$b.json"
+  done
+  grep -h -A4 "^engine" "$OUT"/lat_b*.log
+}
+
 # closing: the final code's figures in one call: greedy tokens vs HF (check_e2e.py), the
 #   workload three times after a warm-up, batch-1 / batch-32 step time, online serving
 section_closing() {
