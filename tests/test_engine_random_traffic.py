@@ -1,4 +1,5 @@
-"""The whole engine under random traffic (tiny Llama, CPU): requests arrive between steps,
+"""The whole engine under random traffic (tiny Llama and tiny hybrid NemotronH, CPU):
+requests arrive between steps,
 share prefixes, sample greedily or with seeds (n of 1 or 2), are aborted at random, and
 preempt each other in a small KV pool, with async scheduling. Every request that finishes
 must have the tokens it gets when it runs alone, and the pool must be empty at the end.
@@ -14,12 +15,14 @@ from __future__ import annotations
 import random
 
 import pytest
+from nemotron_h_utils import save_tiny_nemotron_h
 
 from strixlm.config import EngineConfig
 from strixlm.engine.llm_engine import LLMEngine
 from strixlm.engine.request import SamplingParams
 
 NUM_BLOCKS = 20  # 16-token blocks: ~320 tokens for up to 6 requests of up to ~110
+NUM_HYBRID_BLOCKS = 12  # 48-token blocks; a Mamba state block a request, attention from the rest
 STEP_LIMIT = 2000
 
 
@@ -37,15 +40,21 @@ def _engine(model_dir: str, num_blocks: int | None) -> LLMEngine:
     return LLMEngine(config)
 
 
-def _traffic(seed: int) -> list[tuple[int, list[int], SamplingParams, float]]:
+@pytest.fixture(scope="module")
+def hybrid_dir(tmp_path_factory) -> str:
+    """A tiny NemotronH: Mamba-2, attention and MLP layers on one block pool."""
+    return save_tiny_nemotron_h(tmp_path_factory.mktemp("nemotron-h-traffic"), "M*-M*-M")
+
+
+def _traffic(seed: int, vocab: int) -> list[tuple[int, list[int], SamplingParams, float]]:
     """(arrival step, prompt, params, abort probability per step) per request."""
     rng = random.Random(seed)
-    prefixes = [[rng.randrange(3, 40_000) for _ in range(rng.randrange(16, 40))] for _ in range(2)]
+    prefixes = [[rng.randrange(3, vocab) for _ in range(rng.randrange(16, 40))] for _ in range(2)]
     out, step = [], 0
     for i in range(14):
         step += rng.randrange(0, 6)
         prefix = rng.choice(prefixes) if rng.random() < 0.5 else []
-        prompt = prefix + [rng.randrange(3, 40_000) for _ in range(rng.randrange(1, 50))]
+        prompt = prefix + [rng.randrange(3, vocab) for _ in range(rng.randrange(1, 50))]
         if rng.random() < 0.5:
             sp = SamplingParams(temperature=0.0, max_tokens=rng.randrange(1, 60), ignore_eos=True)
         else:
@@ -66,11 +75,16 @@ def _tokens(output) -> list[list[int]]:
     return [list(c.token_ids) for c in sorted(output.outputs, key=lambda c: c.index)]
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_random_traffic_gives_each_request_its_solo_tokens(tiny_llama_dir, seed):
+@pytest.mark.parametrize(
+    "model, seed, num_blocks",
+    [("llama", 0, NUM_BLOCKS), ("llama", 1, NUM_BLOCKS), ("llama", 2, NUM_BLOCKS)]
+    + [("nemotron_h", 3, NUM_HYBRID_BLOCKS), ("nemotron_h", 4, NUM_HYBRID_BLOCKS)],
+)
+def test_random_traffic_gives_each_request_its_solo_tokens(request, model, seed, num_blocks):
+    model_dir = request.getfixturevalue("tiny_llama_dir" if model == "llama" else "hybrid_dir")
     rng = random.Random(100 + seed)
-    traffic = _traffic(seed)
-    engine = _engine(tiny_llama_dir, NUM_BLOCKS)
+    traffic = _traffic(seed, 40_000 if model == "llama" else 256)
+    engine = _engine(model_dir, num_blocks)
     pool = engine.core.scheduler.kv.pool
     finished, aborted, live = {}, set(), {}
     step = 0
@@ -94,7 +108,7 @@ def test_random_traffic_gives_each_request_its_solo_tokens(tiny_llama_dir, seed)
     assert engine.core.scheduler.num_preemptions > 0, "the pool never ran short"
     assert pool.num_free_blocks == pool.num_blocks - 1, "KV blocks leaked"
     # Each finished request alone, on a fresh engine with a roomy pool.
-    solo = _engine(tiny_llama_dir, None)
+    solo = _engine(model_dir, None)
     for rid, tokens in finished.items():
         _, prompt, sp, _ = traffic[int(rid[1:])]
         solo.add_request(prompt, sp, request_id=rid, kind="final")
