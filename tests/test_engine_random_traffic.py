@@ -1,13 +1,14 @@
-"""The whole engine under random traffic (tiny Llama and tiny hybrid NemotronH, CPU):
-requests arrive between steps,
-share prefixes, sample greedily or with seeds (n of 1 or 2), are aborted at random, and
-preempt each other in a small KV pool, with async scheduling. Every request that finishes
-must have the tokens it gets when it runs alone, and the pool must be empty at the end.
+"""The whole engine under random traffic (tiny Llama and tiny hybrid NemotronH, CPU).
+
+Requests arrive between steps, share prefixes, sample greedily or with seeds (n of 1 or
+2), are aborted at random, and preempt each other in a small KV pool, with async
+scheduling. Every request that finishes must have the tokens it gets when it runs alone,
+and the pool must be empty at the end.
 
 The scheduler simulation (test_scheduler_simulation.py) checks the block tables against a
 model of the runner; this checks the real runner: its state-table rows reused across
-finished, aborted and preempted requests, its inputs, the prefix cache's KV and the
-stateless sampler's seeds.
+finished, aborted and preempted requests, its inputs, the prefix cache's KV, the Mamba
+state blocks and the stateless sampler's seeds.
 """
 
 from __future__ import annotations
