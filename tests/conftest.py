@@ -148,3 +148,29 @@ def tiny_qwen3_moe_dir(tmp_path_factory, smollm2_dir) -> str:
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(smollm2_dir).save_pretrained(out)
     return str(out)
+
+
+@pytest.fixture(scope="session")
+def tiny_bench_model(tmp_path_factory) -> str:
+    """A tiny Qwen3 with real (saved) weights and no tokenizer, for the benchmark commands'
+    tests; a wide init keeps greedy outputs varied."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    folder = tmp_path_factory.mktemp("tiny-qwen3")
+    cfg = Qwen3Config(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        vocab_size=512,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+        bos_token_id=0,
+        eos_token_id=1,
+        initializer_range=0.3,
+    )
+    torch.manual_seed(0)
+    Qwen3ForCausalLM(cfg).save_pretrained(folder)
+    return str(folder)

@@ -7,45 +7,22 @@ import json
 
 import numpy as np
 import pytest
-import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from strixlm.benchmarks import latency
 from strixlm.entrypoints.cli import build_parser
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> str:
-    """A tiny Qwen3 with real (saved) weights; a wide init keeps greedy outputs varied."""
-    folder = tmp_path_factory.mktemp("tiny-qwen3-latency")
-    cfg = Qwen3Config(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        vocab_size=512,
-        max_position_embeddings=256,
-        tie_word_embeddings=False,
-        bos_token_id=0,
-        eos_token_id=1,
-        initializer_range=0.3,
-    )
-    torch.manual_seed(0)
-    Qwen3ForCausalLM(cfg).save_pretrained(folder)
-    return str(folder)
 
 
 def _args(*argv: str) -> argparse.Namespace:
     return latency.add_args(argparse.ArgumentParser()).parse_args(list(argv))
 
 
-def test_latency_with_hf_peer(tiny_model: str, tmp_path, capsys) -> None:
+def test_latency_with_hf_peer(tiny_bench_model: str, tmp_path, capsys) -> None:
     out = tmp_path / "latency.json"
     argv = "--device cpu --batch-size 3 --input-len 20 --output-len 6"
     argv += " --num-iters-warmup 1 --num-iters 4 --compare hf"
-    result = latency.run(_args("--model", tiny_model, *argv.split(), "--output-json", str(out)))
+    result = latency.run(
+        _args("--model", tiny_bench_model, *argv.split(), "--output-json", str(out))
+    )
     saved = json.loads(out.read_text())
     assert saved["benchmark"] == "latency"
     for key in ("strixlm", "hf"):
@@ -69,7 +46,7 @@ def test_latency_with_hf_peer(tiny_model: str, tmp_path, capsys) -> None:
     assert result["strixlm"]["decode_ms_per_token"] > 0
 
 
-def test_every_run_has_fresh_prompts(tiny_model: str) -> None:
+def test_every_run_has_fresh_prompts(tiny_bench_model: str) -> None:
     """No prompt repeats across runs (the prefix cache must never serve one), and every
     engine gets the same batches."""
     args = _args("--batch-size", "4", "--input-len", "12", "--num-iters", "5")
@@ -97,9 +74,9 @@ def test_bad_flags_name_the_flag(argv: str, flag: str, capsys) -> None:
     assert flag in capsys.readouterr().err
 
 
-def test_too_long_for_the_model_is_a_clear_error(tiny_model: str) -> None:
+def test_too_long_for_the_model_is_a_clear_error(tiny_bench_model: str) -> None:
     args = _args(
-        "--model", tiny_model, "--device", "cpu", "--input-len", "250", "--output-len", "10"
+        "--model", tiny_bench_model, "--device", "cpu", "--input-len", "250", "--output-len", "10"
     )
     with pytest.raises(ValueError, match="exceeds the model's 256 positions"):
         latency.run(args)

@@ -4,38 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from types import SimpleNamespace
 
 import pytest
 import torch
+from floor_shapes import TINY
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from strixlm.benchmarks import throughput
 from strixlm.benchmarks.memory_floor import measure_copy_bandwidth, model_shape, workload_floor
 from strixlm.benchmarks.workload import make_workload, special_token_ids
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> str:
-    """A tiny Qwen3 with real (saved) weights; a wide init keeps greedy outputs varied."""
-    folder = tmp_path_factory.mktemp("tiny-qwen3")
-    cfg = Qwen3Config(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        vocab_size=512,
-        max_position_embeddings=256,
-        tie_word_embeddings=False,
-        bos_token_id=0,
-        eos_token_id=1,
-        initializer_range=0.3,
-    )
-    torch.manual_seed(0)
-    Qwen3ForCausalLM(cfg).save_pretrained(folder)
-    return str(folder)
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -54,15 +31,17 @@ def test_workload_is_seeded_and_in_range() -> None:
     assert a.subset(3).prompts == a.prompts[:3]
 
 
-def test_special_ids_from_folder(tiny_model: str) -> None:
-    assert {0, 1} <= special_token_ids(tiny_model)
+def test_special_ids_from_folder(tiny_bench_model: str) -> None:
+    assert {0, 1} <= special_token_ids(tiny_bench_model)
 
 
-def test_throughput_with_hf_peer(tiny_model: str, tmp_path) -> None:
+def test_throughput_with_hf_peer(tiny_bench_model: str, tmp_path) -> None:
     out = tmp_path / "bench.json"
     argv = "--device cpu --num-prompts 8 --input-len-range 4 16 --output-len-range 4 16"
     result = throughput.run(
-        _args("--model", tiny_model, *argv.split(), "--compare", "hf", "--output-json", str(out))
+        _args(
+            "--model", tiny_bench_model, *argv.split(), "--compare", "hf", "--output-json", str(out)
+        )
     )
     saved = json.loads(out.read_text())
     assert saved["ratio"] == pytest.approx(result["ratio"])
@@ -87,12 +66,12 @@ def test_throughput_with_hf_peer(tiny_model: str, tmp_path) -> None:
     )
 
 
-def test_dummy_padded_generate_subset(tiny_model: str, capsys) -> None:
+def test_dummy_padded_generate_subset(tiny_bench_model: str, capsys) -> None:
     argv = (
         "--load-format dummy --device cpu --num-prompts 6 --input-len-range 3 8 "
         "--output-len-range 2 6 --compare hf --hf-mode generate --hf-subset 4 --block-size 32"
     )
-    result = throughput.run(_args("--model", tiny_model, *argv.split()))
+    result = throughput.run(_args("--model", tiny_bench_model, *argv.split()))
     assert result["strixlm"]["config"]["block_size"] == 32
     assert result["hf"]["config"]["mode"] == "generate"
     assert result["hf"]["num_requests"] == 4 and result["strixlm"]["num_requests"] == 6
@@ -113,13 +92,13 @@ def test_dummy_padded_generate_subset(tiny_model: str, capsys) -> None:
     )
 
 
-def test_sampled_workload_is_seeded(tiny_model: str) -> None:
+def test_sampled_workload_is_seeded(tiny_bench_model: str) -> None:
     """--temperature samples each request with its own seed: two runs give the same tokens,
     which differ from the greedy ones."""
     argv = "--device cpu --num-prompts 4 --input-len-range 3 8 --output-len-range 6 6".split()
 
     def tokens(*extra: str) -> list:
-        return throughput.run(_args("--model", tiny_model, *argv, *extra))["strixlm"][
+        return throughput.run(_args("--model", tiny_bench_model, *argv, *extra))["strixlm"][
             "sample_token_ids"
         ]
 
@@ -127,7 +106,7 @@ def test_sampled_workload_is_seeded(tiny_model: str) -> None:
     assert sampled == tokens("--temperature", "1.0")
     assert sampled != tokens()
     with pytest.raises(SystemExit, match="--compare runs the peer greedy"):
-        throughput.run(_args("--model", tiny_model, "--temperature", "1", "--compare", "hf"))
+        throughput.run(_args("--model", tiny_bench_model, "--temperature", "1", "--compare", "hf"))
 
 
 @pytest.mark.parametrize("bad", ["7", "0", "sixteen"])
@@ -136,22 +115,6 @@ def test_bad_block_size_is_a_flag_error(bad: str, capsys) -> None:
         _args("--block-size", bad)
     assert e.value.code == 2
     assert "--block-size" in capsys.readouterr().err
-
-
-# A 1-layer model for hand computation: attention 8*8 (q) + 2*8*4 (k, v) + 8*8 (o) = 192,
-# MLP 3*8*16 = 384, two norms 16: 592 per layer, + final norm 8 + LM head 10*8 = 680
-# parameters read per step (the embedding gather counts as nothing); at 2 bytes, 1360 B.
-# KV per token: 2 (K, V) * 1 layer * 1 head * 4 dims * 2 bytes = 16 B.
-TINY = SimpleNamespace(
-    hidden_size=8,
-    intermediate_size=16,
-    num_hidden_layers=1,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    head_dim=4,
-    vocab_size=10,
-    model_type="llama",
-)
 
 
 def test_floor_one_slot_by_hand() -> None:

@@ -3,11 +3,10 @@ floor when compute is free, and its FLOP counts against HF's layers."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 import torch
+from floor_shapes import TINY
 from transformers import (
     AutoConfig,
     Qwen3Config,
@@ -21,19 +20,8 @@ from strixlm.benchmarks.roofline import measure_matmul_flops, workload_roofline
 from strixlm.benchmarks.throughput import CONFIGS_DIR
 from strixlm.benchmarks.workload import make_workload
 
-# The 1-layer model of test_bench_throughput.py: 680 parameters read a step, of which the LM
-# head is 10 * 8 = 80; 600 a token multiplies through (norm weights included). Query width:
-# 2 heads * 4 dims; KV per token at 2 bytes: 16 B.
-TINY = SimpleNamespace(
-    hidden_size=8,
-    intermediate_size=16,
-    num_hidden_layers=1,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    head_dim=4,
-    vocab_size=10,
-    model_type="llama",
-)
+# floor_shapes.TINY: 680 parameters read a step, of which the LM head is 10 * 8 = 80; 600 a
+# token multiplies through (norm weights included). Query width: 2 heads * 4 dims.
 FREE = 1e30  # a rate that makes its side of every phase take no time
 
 

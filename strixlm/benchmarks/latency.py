@@ -22,18 +22,17 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
-import json
 import logging
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 from transformers import AutoConfig, GenerationConfig
 
-from strixlm.benchmarks.throughput import bundled_configs, hardware, resolve_model, versions
+from strixlm.benchmarks.report import hardware, run_main, versions, write_json
+from strixlm.benchmarks.throughput import add_model_args, resolve_model
 from strixlm.benchmarks.workload import make_workload, special_token_ids
 from strixlm.config import resolve_device, resolve_dtype
 
@@ -56,17 +55,8 @@ def _positive(flag: str) -> Callable[[str], int]:
 
 
 def add_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    add_model_args(parser)
     a = parser.add_argument
-    a(
-        "--model",
-        default=None,
-        help="model folder, .gguf, a bundled config name "
-        f"({', '.join(bundled_configs()) or 'none'}; implies --load-format dummy), "
-        "or omit for the embedded default model",
-    )
-    a("--load-format", default="auto", choices=["auto", "safetensors", "gguf", "dummy"])
-    a("--dtype", default="auto")
-    a("--device", default="auto")
     a("--batch-size", type=_positive("--batch-size"), default=1)
     a("--input-len", type=_positive("--input-len"), default=512)
     # At least 2: the decode latency needs a token after the first.
@@ -323,19 +313,12 @@ def run(args: argparse.Namespace) -> dict:
             result["greedy_agreement"] = {"requests": len(ours.token_ids), "identical": same}
     print(format_table(result))
     if args.output_json:
-        Path(args.output_json).parent.mkdir(parents=True, exist_ok=True)
-        with open(args.output_json, "w") as f:
-            json.dump(result, f, indent=2, default=str)
-        print(f"wrote {args.output_json}")
+        write_json(result, args.output_json)
     return result
 
 
 def main(argv: list[str] | None = None) -> dict:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
-    )
-    return run(add_args(parser).parse_args(argv))
+    return run_main(__doc__, add_args, run, argv)
 
 
 if __name__ == "__main__":

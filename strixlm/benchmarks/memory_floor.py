@@ -374,6 +374,18 @@ def schedule_loads(
     return loads
 
 
+def unit_bytes(
+    shape: dict[str, int], dtype_bytes: int, kv_dtype_bytes: int
+) -> tuple[int, int, int, int]:
+    """(weights every step reads, one expert of every MoE layer, KV of one token, Mamba
+    state of one request), in bytes. Conv state is in the model dtype, SSM state in fp32."""
+    fixed = shape["weight_params"] * dtype_bytes + shape["fp32_params"] * 4
+    expert = shape["moe_layers"] * shape["expert_params"] * dtype_bytes
+    kv_token = shape["kv_elems_per_token"] * kv_dtype_bytes
+    state = shape["conv_state_elems"] * dtype_bytes + shape["ssm_state_elems"] * 4
+    return fixed, expert, kv_token, state
+
+
 def workload_floor(
     model_cfg: Any,
     dtype_bytes: int,
@@ -390,12 +402,8 @@ def workload_floor(
     state is in the model dtype (dtype_bytes), SSM state in fp32.
     """
     shape = model_shape(model_cfg)
-    fixed_bytes = shape["weight_params"] * dtype_bytes + shape["fp32_params"] * 4
-    # One expert in every MoE layer.
-    expert_bytes = shape["moe_layers"] * shape["expert_params"] * dtype_bytes
+    fixed_bytes, expert_bytes, kv_tok, state_bytes = unit_bytes(shape, dtype_bytes, kv_dtype_bytes)
     num_experts, top_k = shape["num_experts"], shape["experts_per_token"]
-    kv_tok = shape["kv_elems_per_token"] * kv_dtype_bytes
-    state_bytes = shape["conv_state_elems"] * dtype_bytes + shape["ssm_state_elems"] * 4
     loads = schedule_loads(requests, max_num_seqs, max_num_batched_tokens)
     steps = len(loads)
     kv_read = sum(s.kv_read for s in loads)  # in tokens

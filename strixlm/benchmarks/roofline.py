@@ -35,7 +35,12 @@ from typing import Any
 
 import torch
 
-from strixlm.benchmarks.memory_floor import expected_experts, model_shape, schedule_loads
+from strixlm.benchmarks.memory_floor import (
+    expected_experts,
+    model_shape,
+    schedule_loads,
+    unit_bytes,
+)
 
 
 def measure_matmul_flops(
@@ -87,16 +92,13 @@ def workload_roofline(
     if bandwidth <= 0 or flops <= 0:
         raise ValueError("bandwidth and flops must be positive")
     shape = model_shape(model_cfg)
-    fixed_bytes = shape["weight_params"] * dtype_bytes + shape["fp32_params"] * 4
+    fixed_bytes, expert_bytes, kv_tok, state_bytes = unit_bytes(shape, dtype_bytes, kv_dtype_bytes)
     num_experts, top_k = shape["num_experts"], shape["experts_per_token"]
-    expert_bytes = shape["moe_layers"] * shape["expert_params"] * dtype_bytes
     lm_head = shape["lm_head_params"]
     # Parameters one token multiplies through, the LM head aside (tied or not).
     token_params = (shape["weight_params"] + shape["fp32_params"] - lm_head) + shape[
         "moe_layers"
     ] * top_k * shape["expert_params"]
-    kv_tok = shape["kv_elems_per_token"] * kv_dtype_bytes
-    state_bytes = shape["conv_state_elems"] * dtype_bytes + shape["ssm_state_elems"] * 4
     q_elems = shape["q_elems_per_token"]
 
     linear_s = attention_s = linear_extra_s = attention_extra_s = 0.0

@@ -17,10 +17,8 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
-import json
 import logging
 import os
-import platform
 import time
 from pathlib import Path
 
@@ -28,6 +26,7 @@ import torch
 from transformers import AutoConfig
 
 from strixlm.benchmarks.memory_floor import measure_copy_bandwidth, workload_floor
+from strixlm.benchmarks.report import hardware, run_main, versions, write_json
 from strixlm.benchmarks.roofline import measure_matmul_flops, workload_roofline
 from strixlm.benchmarks.workload import (
     DEFAULT_INPUT_LEN_RANGE,
@@ -40,7 +39,6 @@ from strixlm.benchmarks.workload import (
     warmup_workload,
 )
 from strixlm.config import resolve_device, resolve_dtype
-from strixlm.source_commit import source_commit
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +51,8 @@ HF_MODE_HELP = (
 )
 
 
-def add_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    """--model, --load-format, --dtype and --device, as every offline benchmark takes them."""
     a = parser.add_argument
     a(
         "--model",
@@ -65,6 +64,11 @@ def add_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     a("--load-format", default="auto", choices=["auto", "safetensors", "gguf", "dummy"])
     a("--dtype", default="auto")
     a("--device", default="auto")
+
+
+def add_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    add_model_args(parser)
+    a = parser.add_argument
     a("--num-prompts", type=int, default=DEFAULT_NUM_PROMPTS)
     lohi = ("LO", "HI")
     a("--input-len-range", type=int, nargs=2, default=list(DEFAULT_INPUT_LEN_RANGE), metavar=lohi)
@@ -197,44 +201,6 @@ def run_strixlm(
     return RunResult("strixlm", w.num_requests, w.input_tokens, n_out, elapsed, token_ids, config)
 
 
-def hardware(device: str) -> dict:
-    info: dict = {"device": device, "cpu_count": os.cpu_count(), "platform": platform.platform()}
-    info["torch_threads"] = torch.get_num_threads()
-    try:
-        with open("/proc/cpuinfo") as f:
-            info["cpu"] = next(
-                (ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")),
-                platform.processor(),
-            )
-    except OSError:
-        info["cpu"] = platform.processor()
-    if device.startswith("cuda"):
-        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
-        info["gpu_count"] = torch.cuda.device_count()
-    return info
-
-
-def versions() -> dict:
-    import transformers
-
-    import strixlm
-
-    v = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "strixlm": getattr(strixlm, "__version__", None),
-    }
-    try:
-        import triton
-
-        v["triton"] = triton.__version__
-    except ImportError:
-        v["triton"] = None
-    v["strixlm_git"] = source_commit()  # the commit the benchmarked code came from
-    return v
-
-
 def format_table(result: dict) -> str:
     rows = ["engine|requests|input tok|output tok|elapsed s|output tok/s|total tok/s".split("|")]
     for key in ("strixlm", "hf"):
@@ -310,7 +276,7 @@ def memory_floor(
     """
     try:
         bandwidth = measure_copy_bandwidth(device)
-        reqs = [(len(p), o) for p, o in zip(workload.prompts, workload.output_lens, strict=True)]
+        reqs = workload.lengths()
         itemsize = dtype.itemsize
         kv_itemsize = 1 if args.kv_cache_dtype != "auto" else itemsize
         floor = workload_floor(
@@ -348,7 +314,7 @@ def roofline(
         return {"error": floor.get("error", "no memory floor")}
     try:
         flops = measure_matmul_flops(device, dtype)
-        reqs = [(len(p), o) for p, o in zip(workload.prompts, workload.output_lens, strict=True)]
+        reqs = workload.lengths()
         bound = workload_roofline(
             hf_config,
             floor["dtype_bytes"],
@@ -465,19 +431,12 @@ def run(args: argparse.Namespace) -> dict:
         _run_peer(args, result, folder, load_format, dtype, device, workload, warm, ours)
     print(format_table(result))
     if args.output_json:
-        Path(args.output_json).parent.mkdir(parents=True, exist_ok=True)
-        with open(args.output_json, "w") as f:
-            json.dump(result, f, indent=2, default=str)
-        print(f"wrote {args.output_json}")
+        write_json(result, args.output_json)
     return result
 
 
 def main(argv: list[str] | None = None) -> dict:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
-    )
-    return run(add_args(parser).parse_args(argv))
+    return run_main(__doc__, add_args, run, argv)
 
 
 if __name__ == "__main__":

@@ -49,6 +49,10 @@ class Workload:
             self.seed,
         )
 
+    def lengths(self) -> list[tuple[int, int]]:
+        """(input_len, output_len) per request, in order."""
+        return [(len(p), o) for p, o in zip(self.prompts, self.output_lens, strict=True)]
+
     def describe(self) -> dict:
         return {
             "num_requests": self.num_requests,
