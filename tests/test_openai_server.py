@@ -453,6 +453,79 @@ def test_disconnect_frees_kv_cache(server):
     assert r.status_code == 200
 
 
+# ---- `strixlm chat --url` against this server ------------------------------------------
+
+
+def _chat_session(monkeypatch, capsys, url: str, lines: list[str], *flags: str):
+    """Run `strixlm chat` on these input lines; (stdout, stderr)."""
+    from strixlm.entrypoints.chat_cli import run_chat
+    from strixlm.entrypoints.cli import build_parser, engine_config_from_args
+
+    argv = ["chat", "--url", url, "--temperature", "0", "--max-tokens", "8", *flags]
+    args = build_parser().parse_args(argv)
+    feed = iter(lines)
+
+    def fake_input(prompt: str = "") -> str:
+        try:
+            return next(feed)
+        except StopIteration:
+            raise EOFError from None
+
+    monkeypatch.setattr("builtins.input", fake_input)
+    run_chat(args, engine_config_from_args)
+    return capsys.readouterr()
+
+
+@pytest.mark.parametrize("suffix", ["/v1", "", "/v1/"])
+def test_chat_cli_replies_as_the_api_does(client, server, monkeypatch, capsys, suffix):
+    """Each reply is the greedy chat completion of the conversation so far, with or
+    without /v1 on --url; /reset starts over."""
+
+    def reply(messages: list[dict]) -> str:
+        r = client.chat.completions.create(
+            model="tiny", messages=messages, temperature=0, max_tokens=8
+        )
+        return r.choices[0].message.content
+
+    first = reply([{"role": "user", "content": "hi"}])
+    second = reply(
+        [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": first},
+            {"role": "user", "content": "and then?"},
+        ]
+    )
+    after_reset = reply([{"role": "user", "content": "again"}])
+    out = _chat_session(
+        monkeypatch,
+        capsys,
+        server.url + suffix,
+        ["hi", "and then?", "/reset", "again"],
+        "--api-key",
+        API_KEY,
+    )
+    assert [first, second, after_reset] == out.out.splitlines()[1:4]
+    assert "[error]" not in out.err and "HTTP Request" not in out.err + out.out
+
+
+@pytest.mark.parametrize(
+    "url_of, flags, said",
+    [
+        (lambda s: s.url + "/v1", ("--api-key", "wrong"), "incorrect api key"),
+        (lambda s: s.url + "/v2", ("--api-key", API_KEY), "no openai-compatible server"),
+        (lambda s: "http://127.0.0.1:9/v1", (), "cannot reach the server"),
+        (lambda s: s.url + "/v1", ("--api-key", API_KEY, "--model", "nope"), "does not exist"),
+    ],
+)
+def test_chat_cli_errors_are_one_line_and_it_goes_on(
+    server, monkeypatch, capsys, url_of, flags, said
+):
+    out = _chat_session(monkeypatch, capsys, url_of(server), ["hi", "hello"], *flags)
+    errors = [ln for ln in out.err.splitlines() if ln.startswith("[error]")]
+    assert len(errors) == 2 and all(said in e.lower() for e in errors), out.err
+    assert "Traceback" not in out.err
+
+
 def test_zz_engine_death_is_a_500(client, server):
     """Runs last in this module: it kills the engine process of the shared server."""
     pid = server.engine_pid()

@@ -4,12 +4,47 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Callable, Iterator
 
 import httpx
 
 from strixlm.config import EngineConfig
+
+
+def _api_base(http: httpx.Client, url: str) -> tuple[str, str]:
+    """(the OpenAI API base, the first served model). A server URL without its /v1 works
+    too: `strixlm chat --url http://127.0.0.1:8000`."""
+    base = url.rstrip("/")
+    tried = []
+    for candidate in (base, f"{base}/v1") if not base.endswith("/v1") else (base,):
+        try:
+            resp = http.get(f"{candidate}/models")
+        except httpx.TransportError as e:
+            raise RuntimeError(
+                f"cannot reach the server at {url} ({e}); is `strixlm serve` running there?"
+            ) from None
+        if resp.status_code == 200:
+            try:
+                return candidate, resp.json()["data"][0]["id"]
+            except (ValueError, KeyError, IndexError, TypeError):
+                pass
+        elif resp.status_code != 404:  # a server that said why (a wrong --api-key: 401)
+            raise RuntimeError(_error_message(resp))
+        tried.append(f"GET {candidate}/models: HTTP {resp.status_code}")
+    raise RuntimeError(
+        f"no OpenAI-compatible server at {url} ({'; '.join(tried)}); give --url the server's "
+        "API base, e.g. http://127.0.0.1:8000/v1"
+    )
+
+
+def _error_message(resp: httpx.Response) -> str:
+    """An OpenAI error object's message, else the body as it came."""
+    try:
+        return resp.json()["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        return f"HTTP {resp.status_code}: {resp.text[:200]}"
 
 
 def _stream_from_server(
@@ -21,12 +56,10 @@ def _stream_from_server(
     max_tokens: int,
 ) -> Iterator[str]:
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    base = url.rstrip("/")
     with httpx.Client(timeout=None, headers=headers) as http:
-        if model is None:
-            model = http.get(f"{base}/models").json()["data"][0]["id"]
+        base, first_model = _api_base(http, url)
         body = {
-            "model": model,
+            "model": model or first_model,
             "messages": messages,
             "stream": True,
             "temperature": temperature,
@@ -35,11 +68,13 @@ def _stream_from_server(
         with http.stream("POST", f"{base}/chat/completions", json=body) as resp:
             if resp.status_code != 200:
                 resp.read()
-                raise RuntimeError(resp.json().get("error", {}).get("message", resp.text))
+                raise RuntimeError(_error_message(resp))
             for line in resp.iter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
                 chunk = json.loads(line[6:])
+                if "error" in chunk:  # an error after the stream started
+                    raise RuntimeError(chunk["error"].get("message", str(chunk["error"])))
                 for choice in chunk.get("choices", []):
                     text = choice.get("delta", {}).get("content")
                     if text:
@@ -68,6 +103,8 @@ def run_chat(
     args: argparse.Namespace, make_config: Callable[[argparse.Namespace], EngineConfig]
 ) -> None:
     llm = None
+    # httpx logs each request at INFO: noise between the prompt and the reply.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     if args.url is None:
         from strixlm.entrypoints.llm import LLM
 
