@@ -78,3 +78,47 @@ def test_generate_runs_offline(tiny_llama_dir):
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip()
+
+
+def test_chat_in_process_replies_as_llm_chat(tiny_llama_dir, monkeypatch, capsys):
+    """`strixlm chat` without --url: each reply is LLM.chat's greedy reply to the
+    conversation so far (a system prompt kept through /reset)."""
+    from strixlm.engine.request import SamplingParams
+    from strixlm.entrypoints.chat_cli import run_chat
+    from strixlm.entrypoints.cli import build_parser, engine_config_from_args
+    from strixlm.entrypoints.llm import LLM
+
+    flags = ["--device", "cpu", "--dtype", "float32", "--max-model-len", "256"]
+    args = build_parser().parse_args(
+        ["chat", tiny_llama_dir, *flags, "--temperature", "0", "--max-tokens", "6"]
+        + ["--system", "Be brief."]
+    )
+    lines = iter(["hi", "more", "/reset", "hi"])
+
+    def fake_input(prompt: str = "") -> str:
+        try:
+            return next(lines)
+        except StopIteration:
+            raise EOFError from None
+
+    monkeypatch.setattr("builtins.input", fake_input)
+    run_chat(args, engine_config_from_args)
+    replies = capsys.readouterr().out.splitlines()[1:4]
+
+    llm = LLM(tiny_llama_dir, device="cpu", dtype="float32", max_model_len=256)
+    greedy = SamplingParams(temperature=0.0, max_tokens=6)
+    system = {"role": "system", "content": "Be brief."}
+
+    def reply(conv: list[dict]) -> str:
+        return llm.chat(conv, greedy, use_tqdm=False)[0].outputs[0].text
+
+    first = reply([system, {"role": "user", "content": "hi"}])
+    second = reply(
+        [
+            system,
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": first},
+            {"role": "user", "content": "more"},
+        ]
+    )
+    assert replies == [first, second, first]
