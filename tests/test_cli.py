@@ -122,3 +122,16 @@ def test_chat_in_process_replies_as_llm_chat(tiny_llama_dir, monkeypatch, capsys
         ]
     )
     assert replies == [first, second, first]
+
+
+def test_generate_without_a_prompt_is_a_usage_error():
+    r = subprocess.run(
+        [sys.executable, "-m", "strixlm.entrypoints.cli", "generate", "--max-tokens", "4"],
+        input="\n  \n",  # blank lines are no prompts
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2
+    assert "no prompt" in r.stderr and "--prompt" in r.stderr
+    assert "Traceback" not in r.stderr and "engine ready" not in r.stderr  # no model loaded

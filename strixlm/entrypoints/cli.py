@@ -163,9 +163,16 @@ def _generate(args: argparse.Namespace) -> None:
     from strixlm.engine.request import SamplingParams
     from strixlm.entrypoints.llm import LLM
 
+    prompts = args.prompt or [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    if not prompts:  # before the model loads: nothing to generate is a usage error
+        print(
+            "strixlm generate: error: no prompt: give --prompt TEXT (repeatable) or pipe "
+            "prompts on stdin, one a line",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
     cfg = engine_config_from_args(args)
     llm = LLM.from_config(cfg)
-    prompts = args.prompt or [line.rstrip("\n") for line in sys.stdin if line.strip()]
     params = SamplingParams(
         temperature=args.temperature,
         max_tokens=args.max_tokens,
