@@ -526,6 +526,81 @@ def test_chat_cli_errors_are_one_line_and_it_goes_on(
     assert "Traceback" not in out.err
 
 
+# ---- streamed and whole responses agree, under random parameters ---------------------
+
+
+def _random_request(rng, endpoint: str) -> dict:
+    """Random sampling fields (stop strings come later, from the reply itself)."""
+    body: dict = {"model": "tiny", "max_tokens": rng.randrange(1, 24), "n": rng.choice([1, 2])}
+    if rng.random() < 0.5:
+        body.update(temperature=0.9, seed=rng.randrange(1000), top_p=rng.choice([1.0, 0.8]))
+    else:
+        body["temperature"] = 0.0
+    if rng.random() < 0.4:
+        if endpoint == "chat":
+            body.update(logprobs=True, top_logprobs=2)
+        else:
+            body["logprobs"] = 2
+    words = " ".join(rng.choice(["cat", "sea", "moon", "run", "blue", "x"]) for _ in range(6))
+    if endpoint == "chat":
+        body["messages"] = [{"role": "user", "content": words}]
+    else:
+        body["prompt"] = words
+    return body
+
+
+def _whole_and_streamed(client, endpoint: str, body: dict):
+    """Per choice index: (text, finish_reason, number of logprob entries), whole and streamed."""
+    create = client.chat.completions.create if endpoint == "chat" else client.completions.create
+    whole = create(**body)
+    got = {}
+    for c in whole.choices:
+        if endpoint == "chat":
+            text = c.message.content or ""
+            n_lp = len(c.logprobs.content) if c.logprobs else 0
+        else:
+            text, n_lp = c.text, len(c.logprobs.tokens) if c.logprobs else 0
+        got[c.index] = (text, c.finish_reason, n_lp)
+    parts: dict[int, list] = {}
+    for chunk in create(**body, stream=True):
+        for c in chunk.choices:
+            text, reason, n_lp = parts.setdefault(c.index, ["", None, 0])
+            if endpoint == "chat":
+                text += c.delta.content or ""
+                n_lp += len(c.logprobs.content) if c.logprobs and c.logprobs.content else 0
+            else:
+                text += c.text
+                n_lp += len(c.logprobs.tokens) if c.logprobs else 0
+            parts[c.index] = [text, c.finish_reason or reason, n_lp]
+    return got, {i: tuple(v) for i, v in parts.items()}
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_streamed_and_whole_responses_agree(client, endpoint):
+    """Random n, seeds, top-p, stop strings (with and without the stop string kept) and
+    logprobs: the streamed deltas add up to the whole response, choice by choice, with the
+    same finish reasons and as many logprob entries."""
+    import random
+
+    rng = random.Random(7 if endpoint == "chat" else 8)
+    stopped = 0
+    for _ in range(10):
+        body = _random_request(rng, endpoint)
+        whole, streamed = _whole_and_streamed(client, endpoint, body)
+        assert whole == streamed, body
+        text = whole[0][0]
+        if len(text) > 4 and rng.random() < 0.7:
+            # A stop string cut from this reply (seeded or greedy: it comes again).
+            a = rng.randrange(1, len(text) - 2)
+            body["stop"] = [text[a : a + rng.randrange(1, 4)]]
+            body["extra_body"] = {"include_stop_str_in_output": rng.random() < 0.5}
+            whole, streamed = _whole_and_streamed(client, endpoint, body)
+            assert whole == streamed, body
+            assert whole[0][1] == "stop", body
+            stopped += 1
+    assert stopped >= 3
+
+
 def test_zz_engine_death_is_a_500(client, server):
     """Runs last in this module: it kills the engine process of the shared server."""
     pid = server.engine_pid()
