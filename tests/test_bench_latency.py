@@ -19,7 +19,7 @@ def _args(*argv: str) -> argparse.Namespace:
 def test_latency_with_hf_peer(tiny_bench_model: str, tmp_path, capsys) -> None:
     out = tmp_path / "latency.json"
     argv = "--device cpu --batch-size 3 --input-len 20 --output-len 6"
-    argv += " --num-iters-warmup 1 --num-iters 4 --compare hf"
+    argv += " --num-iters-warmup 1 --num-iters 4 --compare hf --no-tqdm"
     result = latency.run(
         _args("--model", tiny_bench_model, *argv.split(), "--output-json", str(out))
     )

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+from tqdm import tqdm
 from transformers import AutoConfig, GenerationConfig
 
 from strixlm.benchmarks.report import hardware, run_main, versions, write_json
@@ -68,6 +69,7 @@ def add_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     a("--enforce-eager", action="store_true", help="no CUDA graphs")
     a("--compare", choices=["hf"], default=None, help="also run this peer on the same prompts")
     a("--output-json", default=None, metavar="PATH")
+    a("--no-tqdm", action="store_true", help="no progress bar")
     return parser
 
 
@@ -139,9 +141,12 @@ def prompt_batches(args: argparse.Namespace, vocab_size: int, avoid: set[int]) -
     return batches
 
 
-def _time_runs(runs: LatencyRuns, batches: list, warmup: int, generate, sync) -> None:
+def _time_runs(
+    runs: LatencyRuns, batches: list, warmup: int, generate, sync, progress: bool
+) -> None:
     """generate(prompts, n) -> token ids per prompt; the first `warmup` pairs untimed."""
-    for i, (prefill_prompts, e2e_prompts) in enumerate(batches):
+    bar = tqdm(batches, desc=f"{runs.name}: warm-up, then timed runs", disable=not progress)
+    for i, (prefill_prompts, e2e_prompts) in enumerate(bar):
         timed = []
         for prompts, n in ((prefill_prompts, 1), (e2e_prompts, runs.output_len)):
             sync()
@@ -191,7 +196,9 @@ def run_strixlm(args, folder: str, load_format: str, device: str, batches: list)
         return [list(o.outputs[0].token_ids) for o in outs]
 
     try:
-        _time_runs(runs, batches, args.num_iters_warmup, generate, _sync_for(device))
+        _time_runs(
+            runs, batches, args.num_iters_warmup, generate, _sync_for(device), not args.no_tqdm
+        )
     finally:
         llm = None  # the engine's memory goes before the peer's model loads
         gc.collect()
@@ -224,7 +231,9 @@ def run_hf(args, folder: str, load_format: str, dtype, device: str, batches: lis
         return seqs[:, ids.shape[1] :].tolist()
 
     try:
-        _time_runs(runs, batches, args.num_iters_warmup, generate, _sync_for(device))
+        _time_runs(
+            runs, batches, args.num_iters_warmup, generate, _sync_for(device), not args.no_tqdm
+        )
     finally:
         model = None
         gc.collect()
