@@ -47,25 +47,28 @@ def _error_message(resp: httpx.Response) -> str:
         return f"HTTP {resp.status_code}: {resp.text[:200]}"
 
 
-def _stream_from_server(
-    url: str,
-    api_key: str | None,
-    model: str | None,
-    messages: list[dict],
-    temperature: float,
-    max_tokens: int,
-) -> Iterator[str]:
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    with httpx.Client(timeout=None, headers=headers) as http:
-        base, first_model = _api_base(http, url)
+class _Server:
+    """The running server a chat talks to: one HTTP client for the session, and the API
+    base and model found on the first message (looked up again while that fails)."""
+
+    def __init__(self, url: str, api_key: str | None, model: str | None) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.http = httpx.Client(timeout=None, headers=headers)
+        self.url, self.model = url, model
+        self.base: str | None = None
+
+    def stream(self, messages: list[dict], temperature: float, max_tokens: int) -> Iterator[str]:
+        if self.base is None:
+            base, first_model = _api_base(self.http, self.url)
+            self.base, self.model = base, self.model or first_model
         body = {
-            "model": model or first_model,
+            "model": self.model,
             "messages": messages,
             "stream": True,
             "temperature": temperature,
             "max_tokens": max_tokens,
         }
-        with http.stream("POST", f"{base}/chat/completions", json=body) as resp:
+        with self.http.stream("POST", f"{self.base}/chat/completions", json=body) as resp:
             if resp.status_code != 200:
                 resp.read()
                 raise RuntimeError(_error_message(resp))
@@ -102,13 +105,23 @@ def _stream_in_process(
 def run_chat(
     args: argparse.Namespace, make_config: Callable[[argparse.Namespace], EngineConfig]
 ) -> None:
-    llm = None
+    llm = server = None
     # httpx logs each request at INFO: noise between the prompt and the reply.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     if args.url is None:
         from strixlm.entrypoints.llm import LLM
 
         llm = LLM.from_config(make_config(args))
+    else:
+        server = _Server(args.url, args.api_key, args.model_flag or args.model)
+    try:
+        _chat_loop(args, llm, server)
+    finally:
+        if server is not None:
+            server.http.close()
+
+
+def _chat_loop(args: argparse.Namespace, llm, server: _Server | None) -> None:
     messages: list[dict] = []
     if args.system:
         messages.append({"role": "system", "content": args.system})
@@ -125,15 +138,8 @@ def run_chat(
             messages = messages[:1] if args.system else []
             continue
         messages.append({"role": "user", "content": line})
-        if llm is None:
-            stream = _stream_from_server(
-                args.url,
-                args.api_key,
-                args.model_flag or args.model,
-                messages,
-                args.temperature,
-                args.max_tokens,
-            )
+        if server is not None:
+            stream = server.stream(messages, args.temperature, args.max_tokens)
         else:
             stream = _stream_in_process(llm, messages, args.temperature, args.max_tokens)
         reply = []
