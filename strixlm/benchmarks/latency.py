@@ -20,7 +20,6 @@ compile. It runs the same prompts greedily. Prints a table and writes JSON.
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import logging
 import statistics
@@ -32,7 +31,7 @@ import torch
 from tqdm import tqdm
 from transformers import AutoConfig, GenerationConfig
 
-from strixlm.benchmarks.report import hardware, run_main, versions, write_json
+from strixlm.benchmarks.report import result_header, run_main, write_json
 from strixlm.benchmarks.throughput import add_model_args, resolve_model
 from strixlm.benchmarks.workload import make_workload, special_token_ids
 from strixlm.config import resolve_device, resolve_dtype
@@ -298,17 +297,7 @@ def run(args: argparse.Namespace) -> dict:
             f"model's {limit} positions"
         )
     batches = prompt_batches(args, hf_config.vocab_size, special_token_ids(folder, hf_config))
-    result: dict = {
-        "benchmark": "latency",
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "model": args.model or "(default)",
-        "model_folder": folder,
-        "load_format": load_format,
-        "dtype": str(dtype).removeprefix("torch."),
-        "hardware": hardware(device),
-        "versions": versions(),
-        "args": {k: v for k, v in vars(args).items() if not callable(v)},
-    }
+    result = result_header("latency", args, folder, load_format, hf_config, dtype, device)
     ours = run_strixlm(args, folder, load_format, device, batches)
     result["strixlm"] = ours.summary()
     if args.compare == "hf":

@@ -4,6 +4,7 @@ on) and how a benchmark command writes it and starts."""
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import logging
 import os
@@ -52,6 +53,30 @@ def versions() -> dict:
         v["triton"] = None
     v["strixlm_git"] = source_commit()  # the commit the benchmarked code came from
     return v
+
+
+def result_header(
+    benchmark: str,
+    args: argparse.Namespace,
+    folder: str,
+    load_format: str,
+    hf_config,
+    dtype: torch.dtype,
+    device: str,
+) -> dict:
+    """What every offline benchmark's result starts with: what ran, where, on what."""
+    return {
+        "benchmark": benchmark,
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "model": args.model or "(default)",
+        "model_folder": folder,
+        "architecture": (getattr(hf_config, "architectures", None) or ["?"])[0],
+        "load_format": load_format,
+        "dtype": str(dtype).removeprefix("torch."),
+        "hardware": hardware(device),
+        "versions": versions(),
+        "args": {k: v for k, v in vars(args).items() if not callable(v)},
+    }
 
 
 def write_json(result: dict, path: str) -> None:

@@ -15,7 +15,6 @@ writes JSON.
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import logging
 import os
@@ -26,7 +25,7 @@ import torch
 from transformers import AutoConfig
 
 from strixlm.benchmarks.memory_floor import measure_copy_bandwidth, workload_floor
-from strixlm.benchmarks.report import hardware, run_main, versions, write_json
+from strixlm.benchmarks.report import result_header, run_main, write_json
 from strixlm.benchmarks.roofline import measure_matmul_flops, workload_roofline
 from strixlm.benchmarks.workload import (
     DEFAULT_INPUT_LEN_RANGE,
@@ -406,19 +405,8 @@ def run(args: argparse.Namespace) -> dict:
         hf_config.vocab_size, avoid, args.seed, n=8, input_len_range=tuple(args.input_len_range)
     )
 
-    result: dict = {
-        "benchmark": "throughput",
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "model": args.model or "(default)",
-        "model_folder": folder,
-        "architecture": (getattr(hf_config, "architectures", None) or ["?"])[0],
-        "load_format": load_format,
-        "dtype": str(dtype).removeprefix("torch."),
-        "hardware": hardware(device),
-        "versions": versions(),
-        "args": {k: v for k, v in vars(args).items() if not callable(v)},
-        "workload": workload.describe(),
-    }
+    result = result_header("throughput", args, folder, load_format, hf_config, dtype, device)
+    result["workload"] = workload.describe()
     ours = run_strixlm(args, folder, load_format, workload, warm)
     result["strixlm"] = ours.to_dict(SAMPLE)
     if bad := ours.check_lengths(workload.output_lens):
