@@ -174,3 +174,22 @@ def tiny_bench_model(tmp_path_factory) -> str:
     torch.manual_seed(0)
     Qwen3ForCausalLM(cfg).save_pretrained(folder)
     return str(folder)
+
+
+@pytest.fixture
+def type_lines(monkeypatch):
+    """type_lines(lines): input() returns these lines, then raises EOFError (Ctrl-D), as
+    a user at `strixlm chat` would type them."""
+
+    def feed(lines: list[str]) -> None:
+        it = iter(lines)
+
+        def fake_input(prompt: str = "") -> str:
+            try:
+                return next(it)
+            except StopIteration:
+                raise EOFError from None
+
+        monkeypatch.setattr("builtins.input", fake_input)
+
+    return feed

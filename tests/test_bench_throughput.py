@@ -7,8 +7,8 @@ import json
 
 import pytest
 import torch
-from floor_shapes import TINY
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from floor_shapes import TINY, small_qwen3
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen3ForCausalLM
 
 from strixlm.benchmarks import throughput
 from strixlm.benchmarks.memory_floor import measure_copy_bandwidth, model_shape, workload_floor
@@ -150,16 +150,7 @@ def test_floor_parameter_count_matches_hf(tied: bool) -> None:
     head when it is tied (HF counts a tied matrix once)."""
     for cfg, cls in (
         (
-            Qwen3Config(
-                hidden_size=64,
-                intermediate_size=96,
-                num_hidden_layers=3,
-                num_attention_heads=4,
-                num_key_value_heads=2,
-                head_dim=32,
-                vocab_size=300,
-                tie_word_embeddings=tied,
-            ),
+            small_qwen3(tied),
             Qwen3ForCausalLM,
         ),
         (

@@ -80,7 +80,7 @@ def test_generate_runs_offline(tiny_llama_dir):
     assert r.stdout.strip()
 
 
-def test_chat_in_process_replies_as_llm_chat(tiny_llama_dir, monkeypatch, capsys):
+def test_chat_in_process_replies_as_llm_chat(tiny_llama_dir, type_lines, capsys):
     """`strixlm chat` without --url: each reply is LLM.chat's greedy reply to the
     conversation so far (a system prompt kept through /reset)."""
     from strixlm.engine.request import SamplingParams
@@ -93,15 +93,7 @@ def test_chat_in_process_replies_as_llm_chat(tiny_llama_dir, monkeypatch, capsys
         ["chat", tiny_llama_dir, *flags, "--temperature", "0", "--max-tokens", "6"]
         + ["--system", "Be brief."]
     )
-    lines = iter(["hi", "more", "/reset", "hi"])
-
-    def fake_input(prompt: str = "") -> str:
-        try:
-            return next(lines)
-        except StopIteration:
-            raise EOFError from None
-
-    monkeypatch.setattr("builtins.input", fake_input)
+    type_lines(["hi", "more", "/reset", "hi"])
     run_chat(args, engine_config_from_args)
     replies = capsys.readouterr().out.splitlines()[1:4]
 

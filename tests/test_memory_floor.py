@@ -8,12 +8,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from floor_shapes import MOE_COMMON, small_qwen3_moe
 from nemotron_h_utils import tiny_nemotron_h_config
 from transformers import (
     MixtralConfig,
     MixtralForCausalLM,
     NemotronHForCausalLM,
-    Qwen3MoeConfig,
     Qwen3MoeForCausalLM,
 )
 
@@ -169,26 +169,11 @@ def test_nano_config_shape():
 
 @pytest.mark.parametrize("kind", ["qwen3_moe", "mixtral"])
 def test_moe_params_match_hf(kind):
-    common = dict(
-        hidden_size=32,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=100,
-        num_experts_per_tok=2,
-    )
     if kind == "qwen3_moe":
-        cfg = Qwen3MoeConfig(
-            **common,
-            head_dim=8,
-            intermediate_size=48,
-            moe_intermediate_size=16,
-            num_experts=8,
-            mlp_only_layers=[1],
-        )
+        cfg = small_qwen3_moe()
         cls = Qwen3MoeForCausalLM
     else:
-        cfg = MixtralConfig(**common, intermediate_size=16, num_local_experts=8)
+        cfg = MixtralConfig(**MOE_COMMON, intermediate_size=16, num_local_experts=8)
         cls = MixtralForCausalLM
     with torch.device("meta"):
         model = cls(cfg)

@@ -456,28 +456,20 @@ def test_disconnect_frees_kv_cache(server):
 # ---- `strixlm chat --url` against this server ------------------------------------------
 
 
-def _chat_session(monkeypatch, capsys, url: str, lines: list[str], *flags: str):
+def _chat_session(type_lines, capsys, url: str, lines: list[str], *flags: str):
     """Run `strixlm chat` on these input lines; (stdout, stderr)."""
     from strixlm.entrypoints.chat_cli import run_chat
     from strixlm.entrypoints.cli import build_parser, engine_config_from_args
 
     argv = ["chat", "--url", url, "--temperature", "0", "--max-tokens", "8", *flags]
     args = build_parser().parse_args(argv)
-    feed = iter(lines)
-
-    def fake_input(prompt: str = "") -> str:
-        try:
-            return next(feed)
-        except StopIteration:
-            raise EOFError from None
-
-    monkeypatch.setattr("builtins.input", fake_input)
+    type_lines(lines)
     run_chat(args, engine_config_from_args)
     return capsys.readouterr()
 
 
 @pytest.mark.parametrize("suffix", ["/v1", "", "/v1/"])
-def test_chat_cli_replies_as_the_api_does(client, server, monkeypatch, capsys, suffix):
+def test_chat_cli_replies_as_the_api_does(client, server, type_lines, capsys, suffix):
     """Each reply is the greedy chat completion of the conversation so far, with or
     without /v1 on --url; /reset starts over."""
 
@@ -497,7 +489,7 @@ def test_chat_cli_replies_as_the_api_does(client, server, monkeypatch, capsys, s
     )
     after_reset = reply([{"role": "user", "content": "again"}])
     out = _chat_session(
-        monkeypatch,
+        type_lines,
         capsys,
         server.url + suffix,
         ["hi", "and then?", "/reset", "again"],
@@ -518,9 +510,9 @@ def test_chat_cli_replies_as_the_api_does(client, server, monkeypatch, capsys, s
     ],
 )
 def test_chat_cli_errors_are_one_line_and_it_goes_on(
-    server, monkeypatch, capsys, url_of, flags, said
+    server, type_lines, capsys, url_of, flags, said
 ):
-    out = _chat_session(monkeypatch, capsys, url_of(server), ["hi", "hello"], *flags)
+    out = _chat_session(type_lines, capsys, url_of(server), ["hi", "hello"], *flags)
     errors = [ln for ln in out.err.splitlines() if ln.startswith("[error]")]
     assert len(errors) == 2 and all(said in e.lower() for e in errors), out.err
     assert "Traceback" not in out.err

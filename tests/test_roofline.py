@@ -6,12 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from floor_shapes import TINY
+from floor_shapes import TINY, small_qwen3, small_qwen3_moe
 from transformers import (
     AutoConfig,
-    Qwen3Config,
     Qwen3ForCausalLM,
-    Qwen3MoeConfig,
     Qwen3MoeForCausalLM,
 )
 
@@ -93,29 +91,7 @@ def test_standard_workload_on_h200_figures() -> None:
 def test_flop_counts_match_hf_layers() -> None:
     """Parameters a token multiplies through = HF's parameters less the embedding and the LM
     head; the query width = the layers' q_proj outputs; a MoE token uses top_k experts."""
-    dense = Qwen3Config(
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        vocab_size=300,
-        tie_word_embeddings=False,
-    )
-    moe = Qwen3MoeConfig(
-        hidden_size=32,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=100,
-        num_experts_per_tok=2,
-        head_dim=8,
-        intermediate_size=48,
-        moe_intermediate_size=16,
-        num_experts=8,
-        mlp_only_layers=[1],
-    )
+    dense, moe = small_qwen3(tied=False), small_qwen3_moe()
     for cfg, cls in ((dense, Qwen3ForCausalLM), (moe, Qwen3MoeForCausalLM)):
         with torch.device("meta"):
             model = cls(cfg)
