@@ -28,8 +28,6 @@ issue's memory floor, not a replacement for it.
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,6 +35,7 @@ import torch
 
 from strixlm.benchmarks.memory_floor import (
     expected_experts,
+    median_run_seconds,
     model_shape,
     schedule_loads,
     unit_bytes,
@@ -53,28 +52,7 @@ def measure_matmul_flops(
     size = n or (8192 if dev.type == "cuda" else 512)
     a = torch.randn(size, size, device=dev).to(dtype)
     b = torch.randn(size, size, device=dev).to(dtype)
-    flop = 2.0 * size**3
-    times = []
-    if dev.type == "cuda":
-        warm_until = time.perf_counter() + 0.1
-        while time.perf_counter() < warm_until:
-            torch.matmul(a, b)
-            torch.cuda.synchronize(dev)
-        for _ in range(iters):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            torch.matmul(a, b)
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-    else:
-        torch.matmul(a, b)
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            torch.matmul(a, b)
-            times.append(time.perf_counter() - t0)
-    return flop / statistics.median(times)
+    return 2.0 * size**3 / median_run_seconds(lambda: torch.matmul(a, b), dev, iters)
 
 
 def workload_roofline(
