@@ -437,10 +437,11 @@ def test_persistent_kernel_compiles_for_sm90():
     assert_compiles(AOT_SCRIPT)
 
 
-def test_opt_in_tile_cuts_compile_for_sm90():
-    """The deferred row sum (read at import), item rows and causal scores on the engine's
-    default loop (ids ahead, lean), in both of AOT_SCRIPT's kernels: the bf16 split grid and
-    the fp8 grid with the q/k prologue. The interpreter cannot tell whether sm90 compiles."""
+def test_tile_cuts_compile_for_sm90():
+    """The deferred row sum (read at import), item rows and causal scores (all the default)
+    on the engine's default loop (ids ahead, lean), in both of AOT_SCRIPT's kernels: the
+    bf16 split grid and the fp8 grid with the q/k prologue. The interpreter cannot tell
+    whether sm90 compiles."""
     script = AOT_SCRIPT.replace(
         "AHEAD=not fp8, LEAN=False)", "AHEAD=True, LEAN=True, ITEM_ROWS=True, CAUSAL=True)"
     ).replace("== (not fp8), k.metadata.shared", "or fp8, k.metadata.shared")
@@ -600,18 +601,20 @@ def test_lean_loop_changes_no_value(monkeypatch, segs):
 @pytest.mark.parametrize("segs", [1, 2])
 @pytest.mark.parametrize("n_prog,dynamic", [(1, 0.6), (1, 0.0), (2, 0.0), (3, None), (5, 0.0)])
 def test_item_rows_change_no_value(monkeypatch, segs, n_prog, dynamic):
-    """STRIXLM_ATTN_ITEM_ROWS (opt-in): every dealt item's q rows in the one q tile, each
+    """STRIXLM_ATTN_ITEM_ROWS (default): every dealt item's q rows in the one q tile, each
     row with its own softmax state, gives the lean loop's output bit for bit: programs of
     one to eight dealt items (with dynamic ones after them, or none), split segments, padded
     rows, NaN in every slot no sequence holds; and a deal whose rows would not fit the tile
     (n_prog 1, no dynamic share: 11 items of 2 rows) keeps the lean loop. So do scores
-    masked by the causal limit alone (STRIXLM_ATTN_CAUSAL_SCORES), with item rows or not."""
+    masked by the causal limit alone (STRIXLM_ATTN_CAUSAL_SCORES, default, only with item
+    rows: alone it was slower)."""
     b = Batch(ROWS, 4, 2, 32, 4, torch.float32, seed=2, pad_tokens=3, pad_seqs=3)
     _poison_unused_slots(b)
     monkeypatch.setattr(pdk, "ITEM_ROWS", False)
+    monkeypatch.setattr(pdk, "CAUSAL_SCORES", False)
     before = _persistent(b, n_prog, num_segs=segs, dynamic_frac=dynamic)[: b.t]
     assert torch.isfinite(before).all()
-    for rows, causal in ((True, False), (False, True), (True, True)):
+    for rows, causal in ((True, False), (True, True)):
         monkeypatch.setattr(pdk, "ITEM_ROWS", rows)
         monkeypatch.setattr(pdk, "CAUSAL_SCORES", causal)
         got = _persistent(b, n_prog, num_segs=segs, dynamic_frac=dynamic)[: b.t]
@@ -660,7 +663,7 @@ def test_aligned_tiles_change_no_value(monkeypatch, segs):
 
 @pytest.mark.parametrize("segs", [1, 2])
 def test_deferred_sums_match_the_default(monkeypatch, segs):
-    """STRIXLM_ATTN_DEFER_SUM (opt-in): each row's softmax sum carried per score element and
+    """STRIXLM_ATTN_DEFER_SUM (default): each row's softmax sum carried per score element and
     summed where the row is stored. The unified kernel (decodes, split, prompts with a
     prefix, and an fp8 step's own rows read unquantized) and the persistent kernel (dealt and
     dynamic items, tiles of one and two blocks) give the default's output within fp32

@@ -69,7 +69,7 @@ case "$1" in
   -) exec "$REAL_PYTHON" "$@" ;;
   benchmarks/gpu/bench_decode_timeline.py)
     json=$(echo "$@" | sed -n 's/.*--json \\([^ ]*\\).*/\\1/p')
-    us=100; [[ $STRIXLM_ATTN_DEFER_SUM == 1 ]] && us=$FAKE_DEFER_US
+    us=100; [[ $STRIXLM_ATTN_DEFER_SUM == 0 ]] && us=$FAKE_DEFER_US
     echo "[{\\"us_per_launch\\": $us}]" > "$json" ;;
   benchmarks/gpu/check_attention.py) exit "${FAKE_CHECK_RC:-0}" ;;
   *) echo "strixlm  fake workload run" ;;
@@ -80,15 +80,15 @@ esac
 @pytest.mark.parametrize(
     "defer_us,check_rc,screen_only,runs",
     [
-        (99.0, 0, "", ["attn_check_defersum", "tp_warm"]
-         + [f"tp_defersum_{k}{i}" for i in (1, 2, 3) for k in ("on", "off")]),
-        (99.0, 1, "", ["attn_check_defersum"]),  # a wrong kernel gets no workload time
+        (99.0, 0, "", ["attn_check_uncut", "tp_warm"]
+         + [f"tp_uncut_{k}{i}" for i in (1, 2, 3) for k in ("on", "off")]),
+        (99.0, 1, "", ["attn_check_uncut"]),  # a wrong kernel gets no workload time
         (99.0, 0, "1", []),  # SCREEN_ONLY: the screen alone
         (99.8, 0, "", []),  # not 0.5% faster: no check, no workload
     ],
 )  # fmt: skip
 def test_screen_gates_the_workload_ab(tmp_path, defer_us, check_rc, screen_only, runs):
-    """screen_ab (here through `defersum`): the per-launch screen decides whether the
+    """screen_ab (here through `uncut`): the per-launch screen decides whether the
     workload A/B runs, and a failed check_attention under the setting stops it."""
     import sys
 
@@ -100,9 +100,9 @@ def test_screen_gates_the_workload_ab(tmp_path, defer_us, check_rc, screen_only,
            "OUT": str(tmp_path / "out"), "REAL_PYTHON": sys.executable,
            "FAKE_DEFER_US": str(defer_us), "FAKE_CHECK_RC": str(check_rc),
            "SCREEN_ONLY": screen_only}  # fmt: skip
-    r = subprocess.run(["bash", "benchmarks/gpu/run_remeasure.sh", "defersum"], cwd=ROOT,
+    r = subprocess.run(["bash", "benchmarks/gpu/run_remeasure.sh", "uncut"], cwd=ROOT,
                        env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert r.returncode == (1 if check_rc else 0), r.stderr  # a failed check fails the call
     started = re.findall(r"^=== (\S+)", r.stdout, re.M)
-    screens = ["defersum_default1", "defersum_on", "defersum_default2"]
+    screens = ["uncut_default1", "uncut_on", "uncut_default2"]
     assert started == screens + runs, r.stdout

@@ -68,25 +68,29 @@ def test_unified_kernel_loops(tmp_path):
     assert default["registers"] < per_token["registers"], (default, per_token)
 
 
-def test_opt_in_cuts_take_work_off_the_tile(tmp_path):
-    """STRIXLM_ATTN_DEFER_SUM: the row sum no longer crosses the two warps at every tile
-    (both kernels). STRIXLM_ATTN_ITEM_ROWS: the persistent tile no longer repacks a carried
-    q for the MMA. Together they take both off, and STRIXLM_ATTN_CAUSAL_SCORES more."""
-    defaults = {}
+OFF = {"STRIXLM_ATTN_DEFER_SUM": "0", "STRIXLM_ATTN_ITEM_ROWS": "0",
+       "STRIXLM_ATTN_CAUSAL_SCORES": "0"}  # fmt: skip
+
+
+def test_tile_cuts_take_work_off_the_tile(tmp_path):
+    """The deferred row sum (STRIXLM_ATTN_DEFER_SUM): the row sum no longer crosses the two
+    warps at every tile (both kernels). Item rows (STRIXLM_ATTN_ITEM_ROWS): the persistent
+    tile no longer repacks a carried q for the MMA. Together they take both off, and the
+    causal-only score mask (STRIXLM_ATTN_CAUSAL_SCORES) more; all three are the default."""
+    uncut = {}
     for kernel in ("persistent", "unified"):
-        default = defaults[kernel] = _loops(tmp_path, "--kernel", kernel)
-        deferred = _loops(tmp_path, "--kernel", kernel, STRIXLM_ATTN_DEFER_SUM="1")
-        for d, f in zip(default["tile_loops"], deferred["tile_loops"], strict=True):
+        none = uncut[kernel] = _loops(tmp_path, "--kernel", kernel, **OFF)
+        deferred = _loops(tmp_path, "--kernel", kernel, **{**OFF, "STRIXLM_ATTN_DEFER_SUM": "1"})
+        for d, f in zip(none["tile_loops"], deferred["tile_loops"], strict=True):
             assert f["barriers"] < d["barriers"] and f["common"] < d["common"], (kernel, d, f)
         assert deferred["spill_bytes"] == 0, kernel
-    d = defaults["persistent"]["tile_loops"][0]
-    rows = _loops(tmp_path, STRIXLM_ATTN_ITEM_ROWS="1")["tile_loops"][0]
-    both = _loops(tmp_path, STRIXLM_ATTN_ITEM_ROWS="1", STRIXLM_ATTN_DEFER_SUM="1")
+    d = uncut["persistent"]["tile_loops"][0]
+    rows = _loops(tmp_path, **{**OFF, "STRIXLM_ATTN_ITEM_ROWS": "1"})["tile_loops"][0]
+    both = _loops(tmp_path, **{**OFF, "STRIXLM_ATTN_ITEM_ROWS": "1", "STRIXLM_ATTN_DEFER_SUM": "1"})
     assert d["top"]["PRMT"] >= 16 and "PRMT" not in rows["top"], (d, rows)
     assert both["tile_loops"][0]["common"] < rows["common"] < d["common"], (d, rows, both)
     assert both["spill_bytes"] == 0 and both["tile_loops"][0]["barriers"] < d["barriers"]
-    # STRIXLM_ATTN_CAUSAL_SCORES: the length test leaves the score mask (the loads keep it).
-    three = _loops(tmp_path, STRIXLM_ATTN_ITEM_ROWS="1", STRIXLM_ATTN_DEFER_SUM="1",
-                   STRIXLM_ATTN_CAUSAL_SCORES="1")  # fmt: skip
+    # The causal-only mask: the length test leaves the score mask (the loads keep it).
+    three = _loops(tmp_path)  # the default
     assert three["tile_loops"][0]["common"] < both["tile_loops"][0]["common"], (both, three)
     assert three["spill_bytes"] == 0

@@ -139,16 +139,20 @@ LEAN_LOOP = os.environ.get("STRIXLM_ATTN_LEAN_LOOP", "1") == "1"
 # item keeps its own rows of the tile and softmax state, and a tile's scores count only in
 # its item's rows. q is then loop invariant: sm90 SASS of the persistent tile
 # (benchmarks/sass_tile_loop.py) loses the per-tile repacking of the carried q for the MMA.
-# Not yet measured on the GPU, so off by default; STRIXLM_ATTN_ITEM_ROWS=1 turns it on
+# Alone it is about even a launch on the H200 (+0.2%, session 47); with CAUSAL_SCORES and
+# attn_tiles.DEFER_SUM see below. STRIXLM_ATTN_ITEM_ROWS=0 keeps the lean loop's carried q
 # (read at import).
-ITEM_ROWS = os.environ.get("STRIXLM_ATTN_ITEM_ROWS", "0") == "1"
+ITEM_ROWS = os.environ.get("STRIXLM_ATTN_ITEM_ROWS", "1") == "1"
 # Scores masked by the causal limit alone (the K / V loads keep the length test): a decode
 # row's limit is its sequence's last position, so the length test adds nothing to it, and
 # with ITEM_ROWS the limit is what keeps other items' rows out. sm90 SASS of the tile: 480
-# -> 472 instructions, and 434 -> 421 with ITEM_ROWS and attn_tiles.DEFER_SUM. The
-# opposite trim (the length test alone, session 41) was 13% slower a launch, so this waits
-# for the GPU: STRIXLM_ATTN_CAUSAL_SCORES=1 turns it on (read at import).
-CAUSAL_SCORES = os.environ.get("STRIXLM_ATTN_CAUSAL_SCORES", "0") == "1"
+# -> 472 instructions, and 434 -> 421 with ITEM_ROWS and attn_tiles.DEFER_SUM. H200
+# (session 47): alone, without ITEM_ROWS, 13% slower a launch (as session 41's opposite
+# trim); the three cuts together 0.6% faster a launch than none, and the bf16 workload
+# with all three 28,910-28,922 tok/s in four runs against 28,864-28,893 with DEFER_SUM
+# alone, alternating. So it applies only where the item rows do (the launcher);
+# STRIXLM_ATTN_CAUSAL_SCORES=0 keeps the length test in the mask (read at import).
+CAUSAL_SCORES = os.environ.get("STRIXLM_ATTN_CAUSAL_SCORES", "1") == "1"
 # From this many sequences per program up to PERSISTENT_MIN_ITEMS, two segments per
 # sequence (x1.02 at batch 48 and 64 in the same sweep; four or more segments lost 1-10%
 # there, and below batch 33 the unified kernel's own split won). 0 disables the split.
@@ -683,6 +687,8 @@ def paged_decode_persistent(
         fuse = qk.kernel_args(kc)
     else:  # never read without FUSE_QK
         fuse = (q, q, seq_lens, seq_lens, q, q, q, q) + (0,) * 7 + (0.0, 1.0, 1.0)
+    # Every dealt item's q rows in the one q tile, where they fit (ITEM_ROWS, lean loop).
+    item_rows = ITEM_ROWS and LEAN_LOOP and BLOCKS_AHEAD and max_items * g <= block_m
     _paged_decode_persistent_kernel[(n_prog, hkv)](
         out,
         q,
@@ -724,8 +730,8 @@ def paged_decode_persistent(
         AHEAD=BLOCKS_AHEAD,
         LEAN=LEAN_LOOP,
         PER_BLOCK=per_block_tiles(tile, bs, pairs, kc, vc),
-        ITEM_ROWS=ITEM_ROWS and max_items * g <= block_m,
-        CAUSAL=CAUSAL_SCORES,
+        ITEM_ROWS=item_rows,
+        CAUSAL=CAUSAL_SCORES and item_rows,  # alone it cost 13% a launch (session 47)
         num_warps=num_warps,
         num_stages=num_stages,
         launch_pdl=pdl,

@@ -157,34 +157,14 @@ PY
   if [[ -n $faster && -z $SCREEN_ONLY ]]; then ab_env "$prefix" "$settings"; fi
 }
 
-# defersum: each row's softmax sum carried per score element and summed where the row is
-#   stored (STRIXLM_ATTN_DEFER_SUM=1, attn_tiles.DEFER_SUM; sm90 SASS: the persistent tile
-#   480 -> 469 instructions and 9 -> 6 barriers, the unified decode loops 304 / 388 ->
-#   288 / 366 and 9 -> 6), screened per launch, then the workload if it wins (screen_ab)
-section_defersum() {  # the deferred row sum: per launch, then the workload if it wins
-  screen_ab defersum STRIXLM_ATTN_DEFER_SUM=1
-}
-
-# itemrows: every dealt item's q rows in the persistent kernel's one q tile, each row with
-#   its own softmax state (STRIXLM_ATTN_ITEM_ROWS=1, paged_decode.ITEM_ROWS): q loop
-#   invariant, no per-tile repacking of a carried q for the MMA (sm90 SASS: 480 -> 456
-#   instructions a tile, 22 PRMT gone, 8 more ldmatrix), screened then the workload
-section_itemrows() {  # all dealt items' q rows in one tile: per launch, then the workload
-  screen_ab itemrows STRIXLM_ATTN_ITEM_ROWS=1
-}
-
-# causalscores: the persistent kernel's scores masked by the causal limit alone, the length
-#   test left to the K / V loads (STRIXLM_ATTN_CAUSAL_SCORES=1, paged_decode.CAUSAL_SCORES;
-#   sm90 SASS 480 -> 472 a tile), screened then the workload. Session 41's opposite trim
-#   (the length test alone) was 13% slower a launch
-section_causalscores() {  # scores masked by the causal limit alone: per launch, then workload
-  screen_ab causalscores STRIXLM_ATTN_CAUSAL_SCORES=1
-}
-
-# loopcuts: the three above together (the persistent tile 480 -> 421 instructions, 9 -> 6
-#   barriers), screened then the workload
-section_loopcuts() {  # the deferred sum, item rows and causal scores together
-  screen_ab loopcuts "STRIXLM_ATTN_DEFER_SUM=1 STRIXLM_ATTN_ITEM_ROWS=1 STRIXLM_ATTN_CAUSAL_SCORES=1"
+# uncut: the decode tile without session 45's three cuts, the default since session 47 (a
+#   deferred row sum, attn_tiles.DEFER_SUM; every dealt item's q rows in one q tile,
+#   paged_decode.ITEM_ROWS; scores masked by the causal limit alone, CAUSAL_SCORES), per
+#   launch, then the workload if the old tile wins there (screen_ab). On the H200 the cuts
+#   were 0.6% faster a launch and +0.5% on the workload (session 47), so "faster" here
+#   would mean a new machine or compiler turned that around
+section_uncut() {  # the tile without the deferred sum, item rows and causal scores
+  screen_ab uncut "STRIXLM_ATTN_DEFER_SUM=0 STRIXLM_ATTN_ITEM_ROWS=0 STRIXLM_ATTN_CAUSAL_SCORES=0"
 }
 
 # dynshare: the persistent grid's dynamic share (paged_decode.DYNAMIC_FRAC, 0.6 since
