@@ -73,13 +73,14 @@ def compile_ptx(kind: str, stages: int, warps: int = 2) -> tuple[str, int]:
                       FP8=False, TIMING=False, DYNAMIC=True, PDL=True,
                       AHEAD=pdk.BLOCKS_AHEAD, LEAN=pdk.LEAN_LOOP,
                       PER_BLOCK=PER_BLOCK, ITEM_ROWS=pdk.ITEM_ROWS,
-                      CAUSAL=pdk.CAUSAL_SCORES)  # fmt: skip
+                      CAUSAL=pdk.CAUSAL_SCORES, FINITE=attn_tiles.FINITE_KV)  # fmt: skip
     else:
         kernel = pa._paged_attn_kernel
         consts = dict(SHAPE, BLOCK_M=16, BLOCK_Q=8, NUM_SEGS=1, SPLIT=False, IEEE=False,
                       K_ROWS=False, SEQ_GRID=True, HAS_ORDER=True, FP8_PAIRS=False, PDL=True,
                       EARLY=True, AHEAD=pa.UNIFIED_AHEAD, FRESH=False,
-                      SKIP_DECODES=False, PER_BLOCK=PER_BLOCK)  # fmt: skip
+                      SKIP_DECODES=False, PER_BLOCK=PER_BLOCK,
+                      FINITE=attn_tiles.FINITE_KV)  # fmt: skip
     consts = {k: v for k, v in consts.items() if k in kernel.arg_names}
     sig, attrs = _signature(kernel, consts)
     k = triton.compile(ASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
@@ -119,6 +120,7 @@ def tile_loops(sass: str) -> list[dict]:
             body = [ins[j][1] for j in range(lo, hi + 1) if j not in skip]
             ops = Counter(re.sub(r"^@!?U?P\w+\s+", "", t).split()[0].split(".")[0] for t in body)
             loops.append(dict(size=hi - lo + 1, common=len(body), barriers=ops["BAR"],
+                              local=ops["LDL"] + ops["STL"],  # spill traffic in the loop
                               top=dict(ops.most_common(12))))  # fmt: skip
     return loops
 
@@ -155,7 +157,8 @@ def main() -> int:
         print(f"  tile loop {i}: {lp['common']} instructions on the common path "
               f"({lp['common'] * args.warps / args.tile:.1f} warp-instructions a token; "
               f"of {lp['size']}), "
-              f"{lp['barriers']} barriers; {lp['top']}")  # fmt: skip
+              f"{lp['barriers']} barriers, {lp['local']} local loads / stores; "
+              f"{lp['top']}")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
     return 0

@@ -94,3 +94,16 @@ def test_tile_cuts_take_work_off_the_tile(tmp_path):
     three = _loops(tmp_path)  # the default
     assert three["tile_loops"][0]["common"] < both["tile_loops"][0]["common"], (both, three)
     assert three["spill_bytes"] == 0
+
+
+def test_finite_cache_reads_drop_the_load_masks(tmp_path):
+    """STRIXLM_ATTN_FINITE_KV: over a finite cache the masked tiles' K / V loads need no
+    per-row length predicate: fewer instructions in both persistent loops (the 64-token
+    tile's too) and the unified kernel's masked loop, and no spill traffic in a loop."""
+    # Which loops take the mask: both persistent loops; the unified kernel's masked one.
+    for args, masked in (((), (0, 1)), (("--tile", "64"), (0, 1)), (("--kernel", "unified"), (1,))):
+        base = _loops(tmp_path, *args)["tile_loops"]
+        finite = _loops(tmp_path, *args, STRIXLM_ATTN_FINITE_KV="1")["tile_loops"]
+        for i in masked:
+            assert finite[i]["common"] < 0.9 * base[i]["common"], (args, i, base, finite)
+        assert all(lp["local"] == 0 for lp in finite), (args, finite)

@@ -47,6 +47,24 @@ BLOCK_PTRS = os.environ.get("STRIXLM_ATTN_BLOCK_PTRS", "1") == "1"
 # alternating pairs 28,865-28,893 tok/s against 28,749-28,771 (+0.4%).
 # STRIXLM_ATTN_DEFER_SUM=0 sums per tile again (read at import).
 DEFER_SUM = os.environ.get("STRIXLM_ATTN_DEFER_SUM", "1") == "1"
+# Masked tiles' K and V read without the length mask over a finite cache (the launchers'
+# finite_cache: every slot holds a finite value, so a token past the sequence's end adds
+# p = 0 times a finite V, exactly 0, and its K only reaches a score the mask sends to
+# -inf). Past kv_end a tile's block ids are the last block in range (CLAMP_IDS) or block 0,
+# so every address is in the cache. The length test costs each K / V row of a tile its own
+# predicate: sm90 SASS (benchmarks/sass_tile_loop.py) of the persistent tile 421 -> 360
+# instructions (211 -> 168 registers), its dynamic items' loop 341 -> 293, the unified
+# kernel's masked loop 366 -> 310. Not yet measured on the GPU, so off by default;
+# STRIXLM_ATTN_FINITE_KV=1 turns it on where the cache allows (read at import).
+FINITE_KV = os.environ.get("STRIXLM_ATTN_FINITE_KV", "0") == "1"
+
+
+def unmasked_kv(finite_cache: bool, kv_cache, fp8_pairs: bool) -> bool:
+    """Whether a launch reads masked tiles' K / V unmasked (the kernels' FINITE): FINITE_KV
+    on, a cache its owner vouches is finite everywhere (finite_cache: strixlm.kernels.
+    kv_write.stored_v zeroes non-finite V on the way in, and the cache started zeroed),
+    and 16-bit or fp32 loads (fp8 caches keep their masks)."""
+    return FINITE_KV and finite_cache and not fp8_pairs and kv_cache.element_size() >= 2
 
 
 def per_block_tiles(tile: int, block_size: int, fp8_pairs: bool, kc, vc) -> bool:
@@ -224,11 +242,12 @@ if HAS_TRITON:
         FP8_PAIRS: tl.constexpr,
         PER_BLOCK: tl.constexpr,
         LEN_MASK: tl.constexpr = True,
+        FINITE: tl.constexpr = False,
     ):
         # One online-softmax step over KV tile j, whose cache blocks are blk (tile_blocks,
         # per token or PER_BLOCK): a caller that loads them a tile ahead keeps every K / V
         # address free of a same-iteration load, which lets Triton's pipeliner multi-buffer
-        # them.
+        # them. FINITE (unmasked_kv): masked tiles' K / V loaded without the length mask.
         pos = j * TILE + offs_t
         pos_ok = pos < kv_end  # read (and kept) only when MASKED
         if FP8_PAIRS:  # fp8 cache, 16-bit q, compiled for the GPU, HEAD_DIM a power of two
@@ -248,7 +267,7 @@ if HAS_TRITON:
                 rows = tok[:, None] + offs_d[None, :]
                 kp = k_cache_ptr + rows
                 vp = v_cache_ptr + rows
-            if MASKED or not EVEN_D:
+            if (MASKED and not FINITE) or not EVEN_D:
                 ok = pos_ok[:, None] & (offs_d < HEAD_DIM)[None, :]
                 v = tl.load(vp, mask=ok, other=0.0)
                 if K_ROWS:

@@ -3,7 +3,8 @@
 Cache layout: kv_cache [2, num_blocks, block_size, num_kv_heads, head_dim], index 0 is K.
 slot = block * block_size + offset; slot < 0 means "skip" (padding tokens of a CUDA graph
 batch carry -1). The cache dtype is the model dtype (bf16/fp16/fp32) or float8_e4m3fn with
-per-layer scales: the cache then holds round_to_nearest_even(clamp(x / scale, +-448)).
+per-layer scales: the cache then holds round_to_nearest_even(clamp(x / scale, +-448)). A
+16/32-bit cache holds 0 for a non-finite V (stored_v), so that every slot stays finite.
 """
 
 from __future__ import annotations
@@ -42,7 +43,16 @@ def write_kv_ref(
         k = quantize_fp8_ref(k, k_scale).view(torch.uint8)
         v = quantize_fp8_ref(v, v_scale).view(torch.uint8)
         kv_cache = kv_cache.view(torch.uint8)
+    else:
+        v = finite_v(v, kv_cache.dtype)
     copy_to_slots(kv_cache, slots, k, v)
+
+
+def finite_v(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """V as a 16/32-bit cache stores it (stored_v's reference): non-finite values, and
+    values that overflow the cache dtype, become 0."""
+    v = v.to(dtype)
+    return torch.where(v.isfinite(), v, torch.zeros((), dtype=dtype))
 
 
 def copy_to_slots(
@@ -99,6 +109,17 @@ if HAS_TRITON:
         return y
 
     @triton.jit
+    def stored_v(x, v_scale, ty, FP8: tl.constexpr):
+        """What the cache stores for V values x, in its dtype ty: cache_value, and in a
+        16/32-bit cache non-finite values (NaN, inf, an overflow of ty) as 0. The attention
+        kernels may then read slots past a sequence's end unmasked (attn_tiles.FINITE_KV),
+        where a stale NaN left by another request would turn p = 0 into NaN."""
+        y = cache_value(x, v_scale, FP8).to(ty)
+        if not FP8:
+            y = tl.where(tl.abs(y) < float("inf"), y, tl.zeros_like(y))
+        return y
+
+    @triton.jit
     def _kv_write_kernel(
         k_ptr,
         v_ptr,
@@ -134,7 +155,7 @@ if HAS_TRITON:
         k = tl.load(k_ptr + t * stride_kt + h * stride_kh + d, mask=mask)
         v = tl.load(v_ptr + t * stride_vt + h * stride_vh + d, mask=mask)
         tl.store(kc_ptr + dst, cache_value(k, k_scale, FP8).to(kc_ptr.dtype.element_ty), mask=mask)
-        tl.store(vc_ptr + dst, cache_value(v, v_scale, FP8).to(vc_ptr.dtype.element_ty), mask=mask)
+        tl.store(vc_ptr + dst, stored_v(v, v_scale, vc_ptr.dtype.element_ty, FP8), mask=mask)
 
 
 def write_kv(

@@ -167,6 +167,19 @@ section_uncut() {  # the tile without the deferred sum, item rows and causal sco
   screen_ab uncut "STRIXLM_ATTN_DEFER_SUM=0 STRIXLM_ATTN_ITEM_ROWS=0 STRIXLM_ATTN_CAUSAL_SCORES=0"
 }
 
+# finitekv: masked tiles' K / V read without the length mask over a finite cache
+#   (STRIXLM_ATTN_FINITE_KV=1, attn_tiles.unmasked_kv; the runner vouches for a dense
+#   model's own caches: zeroed, V kept finite on write by kv_write.stored_v). sm90 SASS:
+#   the persistent tile 421 -> 360 instructions (64-token tile 713 -> 554), the dynamic
+#   items' loop 341 -> 293, the unified masked loop 366 -> 310. Screened per launch, then
+#   check_attention under it and the workload A/B (screen_ab); then check_e2e under it
+section_finitekv() {  # K / V loads without the length mask: per launch, then the workload
+  screen_ab finitekv STRIXLM_ATTN_FINITE_KV=1
+  if [[ -z $SCREEN_ONLY ]]; then
+    STRIXLM_ATTN_FINITE_KV=1 run e2e_finitekv 240 python benchmarks/gpu/check_e2e.py
+  fi
+}
+
 # dynshare: the persistent grid's dynamic share (paged_decode.DYNAMIC_FRAC, 0.6 since
 #   session 8, when fully dynamic was about even) per launch at the workload's decode
 #   batches b244-b40, 0.4 / 0.6 / 0.8 / 1.0 in one run (~1 min). The dealt loop now costs

@@ -82,4 +82,5 @@ class TritonPagedAttention(AttentionBackend):
             qk_prologue=qk_prologue,
             k_new=k_new,
             v_new=v_new,
+            finite_cache=self.finite_cache,
         )
