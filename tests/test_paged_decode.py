@@ -441,11 +441,14 @@ def test_tile_cuts_compile_for_sm90():
     """The deferred row sum (read at import), item rows and causal scores (all the default)
     on the engine's default loop (ids ahead, lean), in both of AOT_SCRIPT's kernels: the
     bf16 split grid and the fp8 grid with the q/k prologue. The interpreter cannot tell
-    whether sm90 compiles."""
+    whether sm90 compiles. So do the opt-in unmasked reads of a finite cache (FINITE) and
+    the cache strides as constants (CONST_*)."""
     script = AOT_SCRIPT.replace(
         "AHEAD=not fp8, LEAN=False)", "AHEAD=True, LEAN=True, ITEM_ROWS=True, CAUSAL=True)"
     ).replace("== (not fp8), k.metadata.shared", "or fp8, k.metadata.shared")
     assert script.count("ITEM_ROWS=True") == 1 and "or fp8, k.metadata" in script
+    opt = "CAUSAL=True, FINITE=True, CONST_CB=16384, CONST_CS=1024, CONST_CH=128)"
+    assert_compiles(script.replace("CAUSAL=True)", opt))
     opt_in = "import os\nos.environ['STRIXLM_ATTN_DEFER_SUM'] = '1'\n"
     assert_compiles(opt_in + script + "from strixlm.kernels import attn_tiles\n"
                     "assert attn_tiles.DEFER_SUM\n")  # fmt: skip
@@ -582,6 +585,39 @@ def _poison_unused_slots(b: Batch, value: float = float("nan")) -> None:
         used[b.block_table[i, p // b.bs].long() * b.bs + p % b.bs] = True
     flat = b.kv_cache.view(2, -1, b.hkv, b.d)
     flat[:, ~used] = value
+
+
+@pytest.mark.parametrize("segs", [1, 2])
+def test_const_strides_change_no_value(monkeypatch, segs):
+    """STRIXLM_ATTN_CONST_STRIDES (opt-in): the cache's strides compiled into the
+    persistent kernel give the runtime strides' bits, for dealt, dynamic and split items and
+    tiles of one and two blocks, over a cache view whose block stride is not its size
+    (every other block of a larger cache)."""
+    b = Batch(ROWS, 4, 2, 32, 4, torch.float32, seed=2, pad_tokens=3, pad_seqs=3)
+    _poison_unused_slots(b)
+    wide = torch.full((2, 2 * b.kv_cache.shape[1], *b.kv_cache.shape[2:]), float("nan"))
+    wide[:, ::2] = b.kv_cache
+    b = _with(b, kv_cache=wide[:, ::2])
+    assert pdk.const_strides(b.kv_cache[0])["CONST_CB"] == 0  # the knob is off by default
+
+    def run() -> list[torch.Tensor]:
+        two_blocks = pdk.paged_decode_persistent(
+            *_args(b), torch.full_like(b.q, float("nan")), block_m=16, tile=32, num_warps=4,
+            num_stages=2, k_rows=False, sms=132, num_programs=3, num_segs=segs,
+        )  # fmt: skip
+        return [_persistent(b, 3, num_segs=segs)[: b.t], two_blocks[: b.t],
+                _persistent(b, 2, num_segs=segs, dynamic_frac=0.6)[: b.t]]  # fmt: skip
+
+    before = run()
+    assert all(torch.isfinite(x).all() for x in before)
+    monkeypatch.setattr(pdk, "CONST_STRIDES", True)
+    assert pdk.const_strides(b.kv_cache[0])["CONST_CB"] == 2 * 4 * 2 * 32
+    for got, want in zip(run(), before, strict=True):
+        assert torch.equal(got, want)
+    # The constants are what the kernel reads: the contiguous block stride reads NaN.
+    monkeypatch.setattr(pdk, "const_strides", lambda kc: dict(
+        CONST_CB=kc.stride(0) // 2, CONST_CS=kc.stride(1), CONST_CH=kc.stride(2)))  # fmt: skip
+    assert torch.isnan(run()[0]).any()
 
 
 @pytest.mark.parametrize("segs", [1, 2])

@@ -107,3 +107,18 @@ def test_finite_cache_reads_drop_the_load_masks(tmp_path):
         for i in masked:
             assert finite[i]["common"] < 0.9 * base[i]["common"], (args, i, base, finite)
         assert all(lp["local"] == 0 for lp in finite), (args, finite)
+
+
+def test_const_strides_fold_the_row_addresses(tmp_path):
+    """STRIXLM_ATTN_CONST_STRIDES: with the cache's strides compiled in, a K / V row's
+    address is its block's pointer plus an immediate, not a 64-bit add a row: fewer
+    instructions in both persistent loops, alone and with STRIXLM_ATTN_FINITE_KV."""
+    base = _loops(tmp_path)["tile_loops"]
+    const = _loops(tmp_path, STRIXLM_ATTN_CONST_STRIDES="1")["tile_loops"]
+    finite = _loops(tmp_path, STRIXLM_ATTN_FINITE_KV="1")["tile_loops"]
+    both = _loops(tmp_path, STRIXLM_ATTN_FINITE_KV="1", STRIXLM_ATTN_CONST_STRIDES="1")
+    for i in (0, 1):
+        assert const[i]["common"] < base[i]["common"], (i, base, const)
+        assert both["tile_loops"][i]["common"] < finite[i]["common"], (i, finite, both)
+        assert const[i]["top"].get("IADD3", 0) < base[i]["top"]["IADD3"], (i, base, const)
+    assert all(lp["local"] == 0 for lp in const + both["tile_loops"])

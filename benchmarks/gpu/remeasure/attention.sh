@@ -180,6 +180,20 @@ section_finitekv() {  # K / V loads without the length mask: per launch, then th
   fi
 }
 
+# conststrides: the cache's strides compiled into the persistent kernel as constants
+#   (STRIXLM_ATTN_CONST_STRIDES=1, paged_decode.const_strides: a K / V row's address is its
+#   block's pointer plus an immediate; sm90 SASS 421 -> 408 a tile, the dynamic loop 341 ->
+#   325), screened per launch, then check_attention and the workload A/B (screen_ab)
+section_conststrides() {  # cache strides as compile-time constants: per launch, then workload
+  screen_ab conststrides STRIXLM_ATTN_CONST_STRIDES=1
+}
+
+# loadcuts: finitekv and conststrides together (sm90 SASS 421 -> 346 a tile, the dynamic
+#   loop 341 -> 276), screened, then check_attention and the workload A/B
+section_loadcuts() {  # both load-address cuts: per launch, then the workload
+  screen_ab loadcuts "STRIXLM_ATTN_FINITE_KV=1 STRIXLM_ATTN_CONST_STRIDES=1"
+}
+
 # dynshare: the persistent grid's dynamic share (paged_decode.DYNAMIC_FRAC, 0.6 since
 #   session 8, when fully dynamic was about even) per launch at the workload's decode
 #   batches b244-b40, 0.4 / 0.6 / 0.8 / 1.0 in one run (~1 min). The dealt loop now costs
