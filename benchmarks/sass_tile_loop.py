@@ -82,14 +82,15 @@ def compile_ptx(kind: str, stages: int, warps: int = 2) -> tuple[str, int]:
                       AHEAD=pdk.BLOCKS_AHEAD, LEAN=pdk.LEAN_LOOP,
                       PER_BLOCK=PER_BLOCK, ITEM_ROWS=pdk.ITEM_ROWS,
                       CAUSAL=pdk.CAUSAL_SCORES, FINITE=attn_tiles.FINITE_KV,
-                      **pdk.const_strides(_bf16_cache_k()))  # fmt: skip
+                      **attn_tiles.const_strides(_bf16_cache_k()))  # fmt: skip
     else:
         kernel = pa._paged_attn_kernel
         consts = dict(SHAPE, BLOCK_M=16, BLOCK_Q=8, NUM_SEGS=1, SPLIT=False, IEEE=False,
                       K_ROWS=False, SEQ_GRID=True, HAS_ORDER=True, FP8_PAIRS=False, PDL=True,
                       EARLY=True, AHEAD=pa.UNIFIED_AHEAD, FRESH=False,
                       SKIP_DECODES=False, PER_BLOCK=PER_BLOCK,
-                      FINITE=attn_tiles.FINITE_KV)  # fmt: skip
+                      FINITE=attn_tiles.FINITE_KV,
+                      **attn_tiles.const_strides(_bf16_cache_k()))  # fmt: skip
     consts = {k: v for k, v in consts.items() if k in kernel.arg_names}
     sig, attrs = _signature(kernel, consts)
     k = triton.compile(ASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),

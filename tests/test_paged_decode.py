@@ -589,35 +589,48 @@ def _poison_unused_slots(b: Batch, value: float = float("nan")) -> None:
 
 @pytest.mark.parametrize("segs", [1, 2])
 def test_const_strides_change_no_value(monkeypatch, segs):
-    """STRIXLM_ATTN_CONST_STRIDES (opt-in): the cache's strides compiled into the
-    persistent kernel give the runtime strides' bits, for dealt, dynamic and split items and
-    tiles of one and two blocks, over a cache view whose block stride is not its size
-    (every other block of a larger cache)."""
-    b = Batch(ROWS, 4, 2, 32, 4, torch.float32, seed=2, pad_tokens=3, pad_seqs=3)
-    _poison_unused_slots(b)
-    wide = torch.full((2, 2 * b.kv_cache.shape[1], *b.kv_cache.shape[2:]), float("nan"))
-    wide[:, ::2] = b.kv_cache
-    b = _with(b, kv_cache=wide[:, ::2])
-    assert pdk.const_strides(b.kv_cache[0])["CONST_CB"] == 0  # the knob is off by default
+    """STRIXLM_ATTN_CONST_STRIDES (opt-in): the cache's strides compiled into the kernels
+    give the runtime strides' bits: the persistent kernel (dealt, dynamic and split items,
+    tiles of one and two blocks) and the unified one (decodes, prompts with a prefix), over
+    a cache view whose block stride is not its size (every other block of a larger one)."""
+    from strixlm.kernels import attn_tiles
+
+    def wide(b: Batch) -> Batch:
+        _poison_unused_slots(b)
+        w = torch.full((2, 2 * b.kv_cache.shape[1], *b.kv_cache.shape[2:]), float("nan"))
+        w[:, ::2] = b.kv_cache
+        return _with(b, kv_cache=w[:, ::2])
+
+    b = wide(Batch(ROWS, 4, 2, 32, 4, torch.float32, seed=2, pad_tokens=3, pad_seqs=3))
+    mixed = wide(Batch([(12, 5), (0, 9), (33, 1), (5, 20), (6, 1)], 4, 2, 32, 4,
+                       torch.float32, seed=3, pad_tokens=2, pad_seqs=1))  # fmt: skip
+    cfg = pa.AttnConfig(16, 16, 4, 2, segs)
+    assert attn_tiles.const_strides(b.kv_cache[0])["CONST_CB"] == 0  # off by default
 
     def run() -> list[torch.Tensor]:
         two_blocks = pdk.paged_decode_persistent(
             *_args(b), torch.full_like(b.q, float("nan")), block_m=16, tile=32, num_warps=4,
             num_stages=2, k_rows=False, sms=132, num_programs=3, num_segs=segs,
         )  # fmt: skip
+        decode = pa.paged_attention(*_args(b), max_query_len=1, max_seq_len=72, config=cfg)
+        prompts = pa.paged_attention(*_args(mixed), max_query_len=20, max_seq_len=39,
+                                     config=cfg)  # fmt: skip
         return [_persistent(b, 3, num_segs=segs)[: b.t], two_blocks[: b.t],
-                _persistent(b, 2, num_segs=segs, dynamic_frac=0.6)[: b.t]]  # fmt: skip
+                _persistent(b, 2, num_segs=segs, dynamic_frac=0.6)[: b.t], decode[: b.t],
+                prompts[: mixed.t]]  # fmt: skip
 
     before = run()
     assert all(torch.isfinite(x).all() for x in before)
-    monkeypatch.setattr(pdk, "CONST_STRIDES", True)
-    assert pdk.const_strides(b.kv_cache[0])["CONST_CB"] == 2 * 4 * 2 * 32
+    monkeypatch.setattr(attn_tiles, "CONST_STRIDES", True)
+    assert attn_tiles.const_strides(b.kv_cache[0])["CONST_CB"] == 2 * 4 * 2 * 32
     for got, want in zip(run(), before, strict=True):
         assert torch.equal(got, want)
-    # The constants are what the kernel reads: the contiguous block stride reads NaN.
-    monkeypatch.setattr(pdk, "const_strides", lambda kc: dict(
-        CONST_CB=kc.stride(0) // 2, CONST_CS=kc.stride(1), CONST_CH=kc.stride(2)))  # fmt: skip
-    assert torch.isnan(run()[0]).any()
+    # The constants are what the kernels read: the contiguous block stride reads NaN.
+    wrong = lambda kc: dict(CONST_CB=kc.stride(0) // 2, CONST_CS=kc.stride(1),  # noqa: E731
+                            CONST_CH=kc.stride(2))  # fmt: skip
+    monkeypatch.setattr(pdk, "const_strides", wrong)
+    monkeypatch.setattr(pa, "const_strides", wrong)
+    assert all(torch.isnan(x).any() for x in run())
 
 
 @pytest.mark.parametrize("segs", [1, 2])

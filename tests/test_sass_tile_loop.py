@@ -112,7 +112,8 @@ def test_finite_cache_reads_drop_the_load_masks(tmp_path):
 def test_const_strides_fold_the_row_addresses(tmp_path):
     """STRIXLM_ATTN_CONST_STRIDES: with the cache's strides compiled in, a K / V row's
     address is its block's pointer plus an immediate, not a 64-bit add a row: fewer
-    instructions in both persistent loops, alone and with STRIXLM_ATTN_FINITE_KV."""
+    instructions in both persistent loops, alone and with STRIXLM_ATTN_FINITE_KV, and in
+    both of the unified kernel's."""
     base = _loops(tmp_path)["tile_loops"]
     const = _loops(tmp_path, STRIXLM_ATTN_CONST_STRIDES="1")["tile_loops"]
     finite = _loops(tmp_path, STRIXLM_ATTN_FINITE_KV="1")["tile_loops"]
@@ -122,3 +123,7 @@ def test_const_strides_fold_the_row_addresses(tmp_path):
         assert both["tile_loops"][i]["common"] < finite[i]["common"], (i, finite, both)
         assert const[i]["top"].get("IADD3", 0) < base[i]["top"]["IADD3"], (i, base, const)
     assert all(lp["local"] == 0 for lp in const + both["tile_loops"])
+    unified = _loops(tmp_path, "--kernel", "unified")["tile_loops"]
+    unified_const = _loops(tmp_path, "--kernel", "unified", STRIXLM_ATTN_CONST_STRIDES="1")
+    for b, c in zip(unified, unified_const["tile_loops"], strict=True):
+        assert c["common"] < b["common"] and c["local"] == 0, (b, c)

@@ -59,6 +59,23 @@ DEFER_SUM = os.environ.get("STRIXLM_ATTN_DEFER_SUM", "1") == "1"
 FINITE_KV = os.environ.get("STRIXLM_ATTN_FINITE_KV", "0") == "1"
 
 
+# The cache's strides compiled into the attention kernels as constants (one build per cache
+# layout): each K / V row's address is then its block's pointer plus an immediate offset,
+# where the runtime strides cost a 64-bit add per 16-byte row. sm90 SASS
+# (benchmarks/sass_tile_loop.py): the persistent tile 421 -> 408 instructions and its
+# dynamic items' loop 341 -> 325 (with FINITE_KV 360 -> 346 and 293 -> 276); the unified
+# kernel's loops 288 / 366 -> 271 / 352 (with FINITE_KV 266 / 293). Not yet measured on
+# the GPU, so off by default; STRIXLM_ATTN_CONST_STRIDES=1 turns it on (read at import).
+CONST_STRIDES = os.environ.get("STRIXLM_ATTN_CONST_STRIDES", "0") == "1"
+
+
+def const_strides(kc) -> dict[str, int]:
+    """The kernels' CONST_CB / CONST_CS / CONST_CH: the K cache's block, slot and head
+    strides with CONST_STRIDES (V's are the same), else 0 (the runtime strides)."""
+    cb, cs, ch = kc.stride()[:3] if CONST_STRIDES else (0, 0, 0)
+    return dict(CONST_CB=cb, CONST_CS=cs, CONST_CH=ch)
+
+
 def unmasked_kv(finite_cache: bool, kv_cache, fp8_pairs: bool) -> bool:
     """Whether a launch reads masked tiles' K / V unmasked (the kernels' FINITE): FINITE_KV
     on, a cache its owner vouches is finite everywhere (finite_cache: strixlm.kernels.

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from strixlm.kernels import paged_decode_fp8 as fp8_mma
-from strixlm.kernels.attn_tiles import per_block_tiles, unmasked_kv
+from strixlm.kernels.attn_tiles import const_strides, per_block_tiles, unmasked_kv
 from strixlm.kernels.dispatch import sm_count
 from strixlm.kernels.env_knobs import env_float, env_int, env_ints
 from strixlm.kernels.kv_write import FP8_DTYPE, HAS_TRITON
@@ -308,7 +308,14 @@ if HAS_TRITON:
         SKIP_DECODES: tl.constexpr = False,
         PER_BLOCK: tl.constexpr = False,
         FINITE: tl.constexpr = False,
+        CONST_CB: tl.constexpr = 0,
+        CONST_CS: tl.constexpr = 0,
+        CONST_CH: tl.constexpr = 0,
     ):
+        if CONST_CS:  # the cache's strides as compile-time constants (attn_tiles.const_strides)
+            stride_cb = CONST_CB
+            stride_cs = CONST_CS
+            stride_ch = CONST_CH
         # FRESH (unsplit launches only): each sequence's new tokens are read from the step's
         # K / V rows (k_new_ptr / v_new_ptr, [T, Hkv, D]) and only its cached prefix from the
         # cache; new_qk_scale / new_v_inv replace the cache's scales for those rows.
@@ -646,6 +653,7 @@ def paged_attention(
         SKIP_DECODES=mixed_fp8,
         PER_BLOCK=per_block_tiles(cfg.tile, bs, pairs, kc, vc),
         FINITE=unmasked_kv(finite_cache, kv_cache, pairs),
+        **const_strides(kc),
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         launch_pdl=pdl,

@@ -34,7 +34,7 @@ import os
 
 import torch
 
-from strixlm.kernels.attn_tiles import per_block_tiles, unmasked_kv
+from strixlm.kernels.attn_tiles import const_strides, per_block_tiles, unmasked_kv
 from strixlm.kernels.env_knobs import env_float, env_int
 from strixlm.kernels.kv_write import FP8_DTYPE, HAS_TRITON
 from strixlm.kernels.paged_attention import (
@@ -153,13 +153,6 @@ ITEM_ROWS = os.environ.get("STRIXLM_ATTN_ITEM_ROWS", "1") == "1"
 # alone, alternating. So it applies only where the item rows do (the launcher);
 # STRIXLM_ATTN_CAUSAL_SCORES=0 keeps the length test in the mask (read at import).
 CAUSAL_SCORES = os.environ.get("STRIXLM_ATTN_CAUSAL_SCORES", "1") == "1"
-# The cache's strides compiled in as constants (one kernel build per cache layout): each
-# K / V row's address is then its block's pointer plus an immediate offset, where the
-# runtime strides cost a 64-bit add per 16-byte row. sm90 SASS of the persistent tile
-# (benchmarks/sass_tile_loop.py): 421 -> 408 instructions and the dynamic items' loop
-# 340 -> 325; with attn_tiles.FINITE_KV 358 -> 346 and 293 -> 276. Not yet measured on the
-# GPU, so off by default; STRIXLM_ATTN_CONST_STRIDES=1 turns it on (read at import).
-CONST_STRIDES = os.environ.get("STRIXLM_ATTN_CONST_STRIDES", "0") == "1"
 # From this many sequences per program up to PERSISTENT_MIN_ITEMS, two segments per
 # sequence (x1.02 at batch 48 and 64 in the same sweep; four or more segments lost 1-10%
 # there, and below batch 33 the unified kernel's own split won). 0 disables the split.
@@ -391,7 +384,7 @@ if HAS_TRITON:
         CONST_CS: tl.constexpr = 0,
         CONST_CH: tl.constexpr = 0,
     ):
-        if CONST_CS:  # the cache's strides as compile-time constants (CONST_STRIDES)
+        if CONST_CS:  # the cache's strides as compile-time constants (attn_tiles.const_strides)
             stride_cb = CONST_CB
             stride_cs = CONST_CS
             stride_ch = CONST_CH
@@ -629,13 +622,6 @@ if HAS_TRITON:
             tl.store(rec + 1, globaltimer())
             tl.store(rec + 2, smid().to(tl.int64))
             tl.store(rec + 3, total.to(tl.int64))
-
-
-def const_strides(kc: torch.Tensor) -> dict[str, int]:
-    """The persistent kernel's CONST_CB / CONST_CS / CONST_CH: the K cache's block, slot and
-    head strides with CONST_STRIDES (V's are the same), else 0 (the runtime strides)."""
-    cb, cs, ch = kc.stride()[:3] if CONST_STRIDES else (0, 0, 0)
-    return dict(CONST_CB=cb, CONST_CS=cs, CONST_CH=ch)
 
 
 def paged_decode_persistent(

@@ -180,8 +180,8 @@ section_finitekv() {  # K / V loads without the length mask: per launch, then th
   fi
 }
 
-# conststrides: the cache's strides compiled into the persistent kernel as constants
-#   (STRIXLM_ATTN_CONST_STRIDES=1, paged_decode.const_strides: a K / V row's address is its
+# conststrides: the cache's strides compiled into the attention kernels as constants
+#   (STRIXLM_ATTN_CONST_STRIDES=1, attn_tiles.const_strides: a K / V row's address is its
 #   block's pointer plus an immediate; sm90 SASS 421 -> 408 a tile, the dynamic loop 341 ->
 #   325), screened per launch, then check_attention and the workload A/B (screen_ab)
 section_conststrides() {  # cache strides as compile-time constants: per launch, then workload
