@@ -189,9 +189,13 @@ section_conststrides() {  # cache strides as compile-time constants: per launch,
 }
 
 # loadcuts: finitekv and conststrides together (sm90 SASS 421 -> 346 a tile, the dynamic
-#   loop 341 -> 276), screened, then check_attention and the workload A/B
+#   loop 341 -> 276), screened, then check_attention, the workload A/B and check_e2e
 section_loadcuts() {  # both load-address cuts: per launch, then the workload
   screen_ab loadcuts "STRIXLM_ATTN_FINITE_KV=1 STRIXLM_ATTN_CONST_STRIDES=1"
+  if [[ -z $SCREEN_ONLY ]]; then
+    STRIXLM_ATTN_FINITE_KV=1 STRIXLM_ATTN_CONST_STRIDES=1 run e2e_loadcuts 240 \
+      python benchmarks/gpu/check_e2e.py
+  fi
 }
 
 # dynshare: the persistent grid's dynamic share (paged_decode.DYNAMIC_FRAC, 0.6 since
