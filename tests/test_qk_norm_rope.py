@@ -247,6 +247,7 @@ def test_fused_cache_write_is_kv_write(cache_dtype, separate_v, monkeypatch) -> 
     bf16: a non-finite V as 0); slot -1 (graph padding) writes nothing. v is copied by a
     program of its own or by k's."""
     monkeypatch.setattr(k_fused, "SEPARATE_V_ENABLED", separate_v)
+    monkeypatch.setattr(k_kvw, "_FINITE_V", tl.constexpr(True))  # STRIXLM_ATTN_FINITE_KV
     t, hq, hk, d, bs, blocks = 5, 4, 2, 32, 4, 6
     dtype = torch.bfloat16
     g = _gen(23)
@@ -254,7 +255,7 @@ def test_fused_cache_write_is_kv_write(cache_dtype, separate_v, monkeypatch) -> 
     qw, kw = _weights(d, dtype, g)
     qkv, q, k = _qkv(t, hq, hk, d, dtype, g)
     v = qkv[:, (hq + hk) * d :].view(t, hk, d)
-    if cache_dtype == torch.bfloat16:  # both paths store a non-finite V as 0 (stored_v)
+    if cache_dtype == torch.bfloat16:  # both store a non-finite V as 0 (stored_v, FINITE_KV)
         v[3, 0, :2] = torch.tensor([float("nan"), float("inf")])
     positions = _positions(t, torch.int64, g)
     slots = torch.tensor([9, -1, 0, 17, 22], dtype=torch.int64)

@@ -138,11 +138,13 @@ def test_kv_write_skips_padding(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_kv_write_keeps_v_finite(dtype):
-    """A 16/32-bit cache stores 0 for a non-finite V (NaN, +-inf, or a value the cache
-    dtype overflows), so that every slot stays finite for the kernels' unmasked reads
-    (attn_tiles.FINITE_KV); K is stored as it comes. Kernel and reference agree bit for
-    bit."""
+def test_kv_write_keeps_v_finite(dtype, monkeypatch):
+    """With STRIXLM_ATTN_FINITE_KV a 16/32-bit cache stores 0 for a non-finite V (NaN,
+    +-inf, or a value the cache dtype overflows), so that every slot stays finite for the
+    kernels' unmasked reads; K is stored as it comes. Kernel and reference agree bit for
+    bit. Without the knob the writes store V as it comes."""
+    monkeypatch.setattr(kvw, "FINITE_KV", True)
+    monkeypatch.setattr(kvw, "_FINITE_V", triton.language.constexpr(True))
     b = Batch([(5, 3), (0, 6)], 4, 2, 32, 4, torch.float32)
     # fp32 rows into the fp16 cache, to overflow it (the interpreter's fp32 -> bf16 cast
     # rounds unlike torch's, so the bf16 cache takes bf16 rows).
@@ -164,6 +166,12 @@ def test_kv_write_keeps_v_finite(dtype):
     assert torch.equal(flat[1, b.slots[1], 0, :4], want_v)
     assert torch.isfinite(flat[1]).all()
     assert flat[0, b.slots[2], 1, :4].isnan().any()  # K unchanged: its NaN is kept
+    monkeypatch.setattr(kvw, "FINITE_KV", False)
+    monkeypatch.setattr(kvw, "_FINITE_V", triton.language.constexpr(False))
+    for write in (kvw.write_kv, kvw.write_kv_ref):
+        plain = cache.clone()
+        write(plain, k, v, b.slots)
+        assert plain.view(2, -1, b.hkv, b.d)[1, b.slots[1], 0, :4].isnan().any()
 
 
 def test_kv_write_fp8_bit_exact():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from strixlm.kernels.kv_write import HAS_TRITON
+from strixlm.kernels.kv_write import FINITE_KV, HAS_TRITON
 
 # Masked tiles' block ids loaded unmasked, their index clamped to the last block in range
 # (the K / V loads past it stay masked). Masking those loads cost the Gluon fp8 decode
@@ -55,8 +55,8 @@ DEFER_SUM = os.environ.get("STRIXLM_ATTN_DEFER_SUM", "1") == "1"
 # predicate: sm90 SASS (benchmarks/sass_tile_loop.py) of the persistent tile 421 -> 360
 # instructions (211 -> 168 registers), its dynamic items' loop 341 -> 293, the unified
 # kernel's masked loop 366 -> 310. Not yet measured on the GPU, so off by default;
-# STRIXLM_ATTN_FINITE_KV=1 turns it on where the cache allows (read at import).
-FINITE_KV = os.environ.get("STRIXLM_ATTN_FINITE_KV", "0") == "1"
+# STRIXLM_ATTN_FINITE_KV=1 turns it on where the cache allows: FINITE_KV, imported above
+# from kv_write (read at import there: with it the K / V writes store a non-finite V as 0).
 
 
 # The cache's strides compiled into the attention kernels as constants (one build per cache

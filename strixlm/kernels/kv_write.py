@@ -3,11 +3,14 @@
 Cache layout: kv_cache [2, num_blocks, block_size, num_kv_heads, head_dim], index 0 is K.
 slot = block * block_size + offset; slot < 0 means "skip" (padding tokens of a CUDA graph
 batch carry -1). The cache dtype is the model dtype (bf16/fp16/fp32) or float8_e4m3fn with
-per-layer scales: the cache then holds round_to_nearest_even(clamp(x / scale, +-448)). A
-16/32-bit cache holds 0 for a non-finite V (stored_v), so that every slot stays finite.
+per-layer scales: the cache then holds round_to_nearest_even(clamp(x / scale, +-448)).
+With FINITE_KV a 16/32-bit cache holds 0 for a non-finite V (stored_v), so that every slot
+stays finite.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -21,6 +24,10 @@ except ImportError:  # pragma: no cover - CPU-only installs without triton
 
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = 448.0
+# The knob of attn_tiles.FINITE_KV (the attention kernels' unmasked reads of a finite
+# cache), read here because the writes keep its promise: with it on, a 16/32-bit cache
+# stores a non-finite V as 0 (stored_v, finite_v). Off, the writes are as they were.
+FINITE_KV = os.environ.get("STRIXLM_ATTN_FINITE_KV", "0") == "1"
 
 
 def quantize_fp8_ref(x: torch.Tensor, scale: float) -> torch.Tensor:
@@ -43,7 +50,7 @@ def write_kv_ref(
         k = quantize_fp8_ref(k, k_scale).view(torch.uint8)
         v = quantize_fp8_ref(v, v_scale).view(torch.uint8)
         kv_cache = kv_cache.view(torch.uint8)
-    else:
+    elif FINITE_KV:
         v = finite_v(v, kv_cache.dtype)
     copy_to_slots(kv_cache, slots, k, v)
 
@@ -74,6 +81,7 @@ def dequantize_cache(kv_cache: torch.Tensor, k_scale: float, v_scale: float) -> 
 
 
 if HAS_TRITON:
+    _FINITE_V = tl.constexpr(FINITE_KV)
 
     @triton.jit
     def _round_fp8e4m3(x):
@@ -110,12 +118,13 @@ if HAS_TRITON:
 
     @triton.jit
     def stored_v(x, v_scale, ty, FP8: tl.constexpr):
-        """What the cache stores for V values x, in its dtype ty: cache_value, and in a
-        16/32-bit cache non-finite values (NaN, inf, an overflow of ty) as 0. The attention
-        kernels may then read slots past a sequence's end unmasked (attn_tiles.FINITE_KV),
-        where a stale NaN left by another request would turn p = 0 into NaN."""
+        """What the cache stores for V values x, in its dtype ty: cache_value, and with
+        FINITE_KV in a 16/32-bit cache non-finite values (NaN, inf, an overflow of ty) as
+        0. The attention kernels may then read slots past a sequence's end unmasked
+        (attn_tiles.FINITE_KV), where a stale NaN left by another request would turn p = 0
+        into NaN."""
         y = cache_value(x, v_scale, FP8).to(ty)
-        if not FP8:
+        if _FINITE_V and not FP8:
             y = tl.where(tl.abs(y) < float("inf"), y, tl.zeros_like(y))
         return y
 
