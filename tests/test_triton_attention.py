@@ -24,6 +24,7 @@ triton = pytest.importorskip("triton", reason="triton is not installed")
 
 from strixlm.kernels import kv_write as kvw  # noqa: E402
 from strixlm.kernels import paged_attention as pa  # noqa: E402
+from strixlm.layers.attention import torch_paged  # noqa: E402
 from strixlm.layers.attention.metadata import AttentionMetadata  # noqa: E402
 from strixlm.layers.attention.torch_paged import TorchPagedAttention  # noqa: E402
 from strixlm.layers.attention.triton_paged import TritonPagedAttention  # noqa: E402
@@ -141,8 +142,8 @@ def test_kv_write_skips_padding(dtype):
 def test_kv_write_keeps_v_finite(dtype, monkeypatch):
     """With STRIXLM_ATTN_FINITE_KV a 16/32-bit cache stores 0 for a non-finite V (NaN,
     +-inf, or a value the cache dtype overflows), so that every slot stays finite for the
-    kernels' unmasked reads; K is stored as it comes. Kernel and reference agree bit for
-    bit. Without the knob the writes store V as it comes."""
+    kernels' unmasked reads; K is stored as it comes. Kernel, reference and the torch
+    backend's write agree bit for bit. Without the knob the writes store V as it comes."""
     monkeypatch.setattr(kvw, "FINITE_KV", True)
     monkeypatch.setattr(kvw, "_FINITE_V", triton.language.constexpr(True))
     b = Batch([(5, 3), (0, 6)], 4, 2, 32, 4, torch.float32)
@@ -159,6 +160,9 @@ def test_kv_write_keeps_v_finite(dtype, monkeypatch):
     kvw.write_kv_ref(ref, k, v, b.slots)
     raw = torch.int16 if dtype != torch.float32 else torch.int32
     assert torch.equal(got[1].view(raw), ref[1].view(raw))
+    cpu = cache.clone()  # the torch backend's own write keeps the same promise
+    torch_paged.write_kv(cpu, k, v, b.slots)
+    assert torch.equal(cpu[1].view(raw), ref[1].view(raw))
     torch.testing.assert_close(got[0], ref[0], rtol=0, atol=0, equal_nan=True)
     flat = got.view(2, -1, b.hkv, b.d)
     last = 0.0 if dtype == torch.float16 else 1e6  # 1e6 fits bf16 and fp32, not fp16
@@ -168,7 +172,7 @@ def test_kv_write_keeps_v_finite(dtype, monkeypatch):
     assert flat[0, b.slots[2], 1, :4].isnan().any()  # K unchanged: its NaN is kept
     monkeypatch.setattr(kvw, "FINITE_KV", False)
     monkeypatch.setattr(kvw, "_FINITE_V", triton.language.constexpr(False))
-    for write in (kvw.write_kv, kvw.write_kv_ref):
+    for write in (kvw.write_kv, kvw.write_kv_ref, torch_paged.write_kv):
         plain = cache.clone()
         write(plain, k, v, b.slots)
         assert plain.view(2, -1, b.hkv, b.d)[1, b.slots[1], 0, :4].isnan().any()
