@@ -179,3 +179,23 @@ def test_floor_parameter_count_matches_hf(tied: bool) -> None:
 
 def test_copy_bandwidth_cpu() -> None:
     assert measure_copy_bandwidth("cpu", nbytes=8 << 20, iters=3) > 1e8
+
+
+def test_copy_bandwidth_is_the_best_of_several_buffer_pairs(monkeypatch):
+    """The floor divides by the best pair's rate (a pair can land in slow memory): eight
+    pairs on CUDA, three on CPU, unless told."""
+    from strixlm.benchmarks import memory_floor
+
+    rates = iter([3.0, 9.0, 4.0, 1.0, 2.0, 8.0, 5.0, 7.0])
+    calls = []
+
+    def once(device, nbytes, iters):
+        calls.append(device)
+        return next(rates)
+
+    monkeypatch.setattr(memory_floor, "_copy_bandwidth_once", once)
+    assert memory_floor.measure_copy_bandwidth("cpu") == 9.0 and len(calls) == 3
+    rates, calls[:] = iter([3.0, 9.0, 4.0, 1.0, 2.0, 8.0, 5.0, 10.0]), []
+    assert memory_floor.measure_copy_bandwidth("cuda") == 10.0 and len(calls) == 8
+    rates, calls[:] = iter([3.0, 9.0]), []
+    assert memory_floor.measure_copy_bandwidth("cuda", trials=2) == 9.0 and len(calls) == 2

@@ -45,17 +45,21 @@ import torch
 
 
 def measure_copy_bandwidth(
-    device: str, nbytes: int | None = None, iters: int = 10, trials: int = 3
+    device: str, nbytes: int | None = None, iters: int = 10, trials: int | None = None
 ) -> float:
     """Bytes per second of a large device-to-device copy, read and written bytes both counted
-    (the copy moves 2 * nbytes): the best over `trials` fresh buffer pairs of the median of
-    `iters` timed copies.
+    (the copy moves 2 * nbytes): the best over `trials` fresh buffer pairs (default 8 on
+    CUDA, 3 on CPU) of the median of `iters` timed copies.
 
     nbytes defaults to 2 GiB on CUDA (halved while it does not fit) and 256 MiB on CPU. On
     the H200 one buffer pair read 3.73-3.79 TB/s in some runs and 4.16-4.24 in others, with
     the same code (docs/benchmarks.md, 2026-12-01): the best of several pairs is the
-    bandwidth the device can give, which is what a floor should divide by.
+    bandwidth the device can give, which is what a floor should divide by. The best of
+    three still read 4.10-4.12 TB/s in three of nineteen runs on one machine whose others
+    read 4.16-4.22 (session 47), so CUDA takes eight pairs (about a second).
     """
+    if trials is None:
+        trials = 8 if torch.device(device).type == "cuda" else 3
     return max(_copy_bandwidth_once(device, nbytes, iters) for _ in range(max(1, trials)))
 
 
