@@ -125,11 +125,11 @@ def test_finite_cache_reads_change_no_value(monkeypatch, segs):
     assert all(torch.equal(got, want) for got, want in zip(run(False), before, strict=True))
     assert all(torch.isnan(got).any() for got in run(True))  # the reads reach the slots
     fp8 = b.kv_cache.to(kvw.FP8_DTYPE)
-    assert attn_tiles.unmasked_kv(True, b.kv_cache, False)
-    assert not attn_tiles.unmasked_kv(False, b.kv_cache, False)
-    assert not attn_tiles.unmasked_kv(True, fp8, False)
+    assert attn_tiles.unmasked_kv(True, b.kv_cache)
+    assert not attn_tiles.unmasked_kv(False, b.kv_cache)
+    assert not attn_tiles.unmasked_kv(True, fp8)
     monkeypatch.setattr(attn_tiles, "FINITE_KV", False)
-    assert not attn_tiles.unmasked_kv(True, b.kv_cache, False)
+    assert not attn_tiles.unmasked_kv(True, b.kv_cache)
 
 
 @pytest.mark.parametrize("segs", [1, 2])

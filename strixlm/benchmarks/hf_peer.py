@@ -65,7 +65,9 @@ def cb_unsupported(config) -> str | None:
     return None
 
 
-def _free(device: str) -> None:
+def free_device_memory(device: str) -> None:
+    """Hand back what the objects just dropped held (a model, an engine) before the next
+    one loads."""
     gc.collect()
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
@@ -287,7 +289,7 @@ def run_hf_peer(
                     raise
                 logger.warning("HF continuous batching failed (%s): using padded generate", e)
                 model = None  # a large model must not be held twice
-                _free(device)
+                free_device_memory(device)
                 model = load_hf_model(folder, load_format, dtype, device)
                 res = run_padded_generate(model, workload, warmup, device)
                 res.config["cb_error"] = repr(e)

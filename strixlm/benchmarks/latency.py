@@ -20,7 +20,6 @@ compile. It runs the same prompts greedily. Prints a table and writes JSON.
 from __future__ import annotations
 
 import argparse
-import gc
 import logging
 import statistics
 import time
@@ -31,6 +30,7 @@ import torch
 from tqdm import tqdm
 from transformers import AutoConfig, GenerationConfig
 
+from strixlm.benchmarks.hf_peer import free_device_memory, load_hf_model
 from strixlm.benchmarks.report import result_header, run_main, write_json
 from strixlm.benchmarks.throughput import add_model_args, resolve_model
 from strixlm.benchmarks.workload import make_workload, special_token_ids
@@ -200,15 +200,11 @@ def run_strixlm(args, folder: str, load_format: str, device: str, batches: list)
         )
     finally:
         llm = None  # the engine's memory goes before the peer's model loads
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        free_device_memory(device)
     return runs
 
 
 def run_hf(args, folder: str, load_format: str, dtype, device: str, batches: list) -> LatencyRuns:
-    from strixlm.benchmarks.hf_peer import load_hf_model
-
     model = load_hf_model(folder, load_format, dtype, device)
     runs = LatencyRuns("hf", args.batch_size, args.output_len)
     runs.config = {
@@ -235,9 +231,7 @@ def run_hf(args, folder: str, load_format: str, dtype, device: str, batches: lis
         )
     finally:
         model = None
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        free_device_memory(device)
     return runs
 
 

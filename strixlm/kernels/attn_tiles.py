@@ -76,12 +76,12 @@ def const_strides(kc) -> dict[str, int]:
     return dict(CONST_CB=cb, CONST_CS=cs, CONST_CH=ch)
 
 
-def unmasked_kv(finite_cache: bool, kv_cache, fp8_pairs: bool) -> bool:
+def unmasked_kv(finite_cache: bool, kv_cache) -> bool:
     """Whether a launch reads masked tiles' K / V unmasked (the kernels' FINITE): FINITE_KV
     on, a cache its owner vouches is finite everywhere (finite_cache: strixlm.kernels.
     kv_write.stored_v zeroes non-finite V on the way in, and the cache started zeroed),
-    and 16-bit or fp32 loads (fp8 caches keep their masks)."""
-    return FINITE_KV and finite_cache and not fp8_pairs and kv_cache.element_size() >= 2
+    and a 16- or 32-bit cache (fp8 caches keep their masks)."""
+    return FINITE_KV and finite_cache and kv_cache.element_size() >= 2
 
 
 def per_block_tiles(tile: int, block_size: int, fp8_pairs: bool, kc, vc) -> bool:

@@ -26,7 +26,7 @@ FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = 448.0
 # The knob of attn_tiles.FINITE_KV (the attention kernels' unmasked reads of a finite
 # cache), read here because the writes keep its promise: with it on, a 16/32-bit cache
-# stores a non-finite V as 0 (stored_v, finite_v). Off, the writes are as they were.
+# stores a non-finite V as 0 (stored_v, copy_to_slots). Off, the writes are as they were.
 FINITE_KV = os.environ.get("STRIXLM_ATTN_FINITE_KV", "0") == "1"
 
 
@@ -50,26 +50,22 @@ def write_kv_ref(
         k = quantize_fp8_ref(k, k_scale).view(torch.uint8)
         v = quantize_fp8_ref(v, v_scale).view(torch.uint8)
         kv_cache = kv_cache.view(torch.uint8)
-    elif FINITE_KV:
-        v = finite_v(v, kv_cache.dtype)
     copy_to_slots(kv_cache, slots, k, v)
-
-
-def finite_v(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """V as a 16/32-bit cache stores it (stored_v's reference): non-finite values, and
-    values that overflow the cache dtype, become 0."""
-    v = v.to(dtype)
-    return torch.where(v.isfinite(), v, torch.zeros((), dtype=dtype))
 
 
 def copy_to_slots(
     kv_cache: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 ) -> None:
     """k and v rows [N, H, D] into cache slots (all >= 0) of kv_cache [2, blocks, block_size,
-    H, D], cast to the cache's dtype: block and offset merge into one slot dimension."""
+    H, D], cast to the cache's dtype: block and offset merge into one slot dimension. With
+    FINITE_KV a float cache stores a non-finite V (NaN, inf, an overflow of its dtype) as 0,
+    as stored_v does (an fp8 cache comes here as bytes, already quantized)."""
     _, nb, bs, h, d = kv_cache.shape
+    v = v.to(kv_cache.dtype)
+    if FINITE_KV and kv_cache.dtype.is_floating_point:
+        v = torch.where(v.isfinite(), v, torch.zeros((), dtype=v.dtype))
     kv_cache[0].view(nb * bs, h, d).index_copy_(0, slots, k.to(kv_cache.dtype))
-    kv_cache[1].view(nb * bs, h, d).index_copy_(0, slots, v.to(kv_cache.dtype))
+    kv_cache[1].view(nb * bs, h, d).index_copy_(0, slots, v)
 
 
 def dequantize_cache(kv_cache: torch.Tensor, k_scale: float, v_scale: float) -> torch.Tensor:
@@ -118,7 +114,8 @@ if HAS_TRITON:
 
     @triton.jit
     def stored_v(x, v_scale, ty, FP8: tl.constexpr):
-        """What the cache stores for V values x, in its dtype ty: cache_value, and with
+        """What the cache stores for V values x, in its dtype ty (torch: copy_to_slots):
+        cache_value, and with
         FINITE_KV in a 16/32-bit cache non-finite values (NaN, inf, an overflow of ty) as
         0. The attention kernels may then read slots past a sequence's end unmasked
         (attn_tiles.FINITE_KV), where a stale NaN left by another request would turn p = 0

@@ -652,7 +652,7 @@ def paged_attention(
         FRESH=fresh,
         SKIP_DECODES=mixed_fp8,
         PER_BLOCK=per_block_tiles(cfg.tile, bs, pairs, kc, vc),
-        FINITE=unmasked_kv(finite_cache, kv_cache, pairs),
+        FINITE=unmasked_kv(finite_cache, kv_cache),
         **const_strides(kc),
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,

@@ -741,7 +741,7 @@ def paged_decode_persistent(
         PER_BLOCK=per_block_tiles(tile, bs, pairs, kc, vc),
         ITEM_ROWS=item_rows,
         CAUSAL=CAUSAL_SCORES and item_rows,  # alone it cost 13% a launch (session 47)
-        FINITE=unmasked_kv(finite_cache, kv_cache, pairs),
+        FINITE=unmasked_kv(finite_cache, kv_cache),
         **const_strides(kc),
         num_warps=num_warps,
         num_stages=num_stages,

@@ -10,15 +10,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from strixlm.kernels import kv_write
-from strixlm.kernels.kv_write import copy_to_slots, finite_v
+from strixlm.kernels.kv_write import copy_to_slots
 from strixlm.layers.attention.backend import AttentionBackend
 from strixlm.layers.attention.metadata import AttentionMetadata
 
 
 def write_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor) -> None:
-    if kv_write.FINITE_KV:  # as kv_write's writes: a non-finite V stored as 0
-        v = finite_v(v, kv_cache.dtype)
     copy_to_slots(kv_cache, slots, k, v)
 
 
