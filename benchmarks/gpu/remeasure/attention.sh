@@ -188,6 +188,32 @@ section_conststrides() {  # cache strides as compile-time constants: per launch,
   screen_ab conststrides STRIXLM_ATTN_CONST_STRIDES=1
 }
 
+# finiteres: why finitekv lost 8% a launch (session 48): its programs started over 175 us
+#   instead of 17. The cut takes the tile from 211 to 168 registers, so five 2-warp programs
+#   fit an SM instead of four, and under PDL the next launch's programs may take the fifth
+#   slot early and unbalance the static deal. Timelines at b244-b98: the default, finitekv
+#   at five programs an SM, finitekv and the default with PDL off, the default at five;
+#   then the workload with finitekv at five against the default, alternating, two pairs
+section_finiteres() {  # finitekv's residency under PDL: per launch, then the workload
+  local S="150 300 450 600 700" k
+  timeline_under fk_default "" $S
+  timeline_under fk_c5 "STRIXLM_ATTN_FINITE_KV=1 STRIXLM_ATTN_PERSISTENT_CTAS=5" $S
+  timeline_under fk_nopdl "STRIXLM_ATTN_FINITE_KV=1 STRIXLM_DISABLE_PDL=1" $S
+  timeline_under def_nopdl "STRIXLM_DISABLE_PDL=1" $S
+  timeline_under def_c5 "STRIXLM_ATTN_PERSISTENT_CTAS=5" $S
+  for k in fk_default fk_c5 fk_nopdl def_nopdl def_c5; do
+    python -c "import json, sys; us = [round(r['us_per_launch'], 1) for r in
+json.load(open(sys.argv[1]))]; print(sys.argv[2], round(sum(us), 1), us)" "$OUT/$k.json" "$k"
+  done
+  local i
+  for i in 1 2; do
+    (export STRIXLM_ATTN_FINITE_KV=1 STRIXLM_ATTN_PERSISTENT_CTAS=5
+     run "tp_fk$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_fk$i.json")
+    run "tp_def$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_def$i.json"
+  done
+  grep "strixlm  " "$OUT"/tp_fk*.log "$OUT"/tp_def*.log
+}
+
 # loadcuts: finitekv and conststrides together (sm90 SASS 421 -> 346 a tile, the dynamic
 #   loop 341 -> 276), screened, then check_attention, the workload A/B and check_e2e
 section_loadcuts() {  # both load-address cuts: per launch, then the workload
