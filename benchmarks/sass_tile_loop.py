@@ -30,7 +30,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
@@ -65,13 +64,6 @@ def _signature(kernel, consts: dict) -> tuple[dict, dict]:
     return sig, {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
 
 
-def _bf16_cache_k():
-    """The K half of a contiguous bf16 cache at SHAPE (16 blocks; only its strides count)."""
-    hkv = SHAPE["NUM_Q_HEADS"] // SHAPE["G"]
-    shape = (2, 16, SHAPE["BLOCK_SIZE"], hkv, SHAPE["HEAD_DIM"])
-    return torch.empty(shape, dtype=torch.bfloat16)[0]
-
-
 def compile_ptx(kind: str, stages: int, warps: int = 2) -> tuple[str, int]:
     """(PTX, shared bytes) of the kernel at the decode config, this process's knobs."""
     if kind == "persistent":
@@ -81,16 +73,13 @@ def compile_ptx(kind: str, stages: int, warps: int = 2) -> tuple[str, int]:
                       FP8=False, TIMING=False, DYNAMIC=True, PDL=True,
                       AHEAD=pdk.BLOCKS_AHEAD, LEAN=pdk.LEAN_LOOP,
                       PER_BLOCK=PER_BLOCK, ITEM_ROWS=pdk.ITEM_ROWS,
-                      CAUSAL=pdk.CAUSAL_SCORES, FINITE=attn_tiles.FINITE_KV,
-                      **attn_tiles.const_strides(_bf16_cache_k()))  # fmt: skip
+                      CAUSAL=pdk.CAUSAL_SCORES)  # fmt: skip
     else:
         kernel = pa._paged_attn_kernel
         consts = dict(SHAPE, BLOCK_M=16, BLOCK_Q=8, NUM_SEGS=1, SPLIT=False, IEEE=False,
                       K_ROWS=False, SEQ_GRID=True, HAS_ORDER=True, FP8_PAIRS=False, PDL=True,
                       EARLY=True, AHEAD=pa.UNIFIED_AHEAD, FRESH=False,
-                      SKIP_DECODES=False, PER_BLOCK=PER_BLOCK,
-                      FINITE=attn_tiles.FINITE_KV,
-                      **attn_tiles.const_strides(_bf16_cache_k()))  # fmt: skip
+                      SKIP_DECODES=False, PER_BLOCK=PER_BLOCK)  # fmt: skip
     consts = {k: v for k, v in consts.items() if k in kernel.arg_names}
     sig, attrs = _signature(kernel, consts)
     k = triton.compile(ASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),

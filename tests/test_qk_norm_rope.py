@@ -243,11 +243,9 @@ def test_attention_dispatch(monkeypatch) -> None:
 @pytest.mark.parametrize("cache_dtype", [torch.bfloat16, torch.float8_e4m3fn])
 def test_fused_cache_write_is_kv_write(cache_dtype, separate_v, monkeypatch) -> None:
     """With the cache, the fused launch also stores rotated k and v at each token's slot,
-    exactly as the separate kv_write kernel does (fp8: the same e4m3 rounding and scales;
-    bf16: a non-finite V as 0); slot -1 (graph padding) writes nothing. v is copied by a
-    program of its own or by k's."""
+    exactly as the separate kv_write kernel does (fp8: the same e4m3 rounding and scales);
+    slot -1 (graph padding) writes nothing. v is copied by a program of its own or by k's."""
     monkeypatch.setattr(k_fused, "SEPARATE_V_ENABLED", separate_v)
-    monkeypatch.setattr(k_kvw, "_FINITE_V", tl.constexpr(True))  # STRIXLM_ATTN_FINITE_KV
     t, hq, hk, d, bs, blocks = 5, 4, 2, 32, 4, 6
     dtype = torch.bfloat16
     g = _gen(23)
@@ -255,8 +253,6 @@ def test_fused_cache_write_is_kv_write(cache_dtype, separate_v, monkeypatch) -> 
     qw, kw = _weights(d, dtype, g)
     qkv, q, k = _qkv(t, hq, hk, d, dtype, g)
     v = qkv[:, (hq + hk) * d :].view(t, hk, d)
-    if cache_dtype == torch.bfloat16:  # both store a non-finite V as 0 (stored_v, FINITE_KV)
-        v[3, 0, :2] = torch.tensor([float("nan"), float("inf")])
     positions = _positions(t, torch.int64, g)
     slots = torch.tensor([9, -1, 0, 17, 22], dtype=torch.int64)
     scales = (0.5, 2.0) if cache_dtype == torch.float8_e4m3fn else (1.0, 1.0)
@@ -273,10 +269,6 @@ def test_fused_cache_write_is_kv_write(cache_dtype, separate_v, monkeypatch) -> 
     raw = torch.uint8 if cache_dtype == torch.float8_e4m3fn else torch.int16
     assert torch.equal(fused_cache.view(raw), sep_cache.view(raw))
     assert not torch.equal(fused_cache.view(raw), base.view(raw))  # something was written
-    if cache_dtype == torch.bfloat16:
-        assert torch.equal(
-            fused_cache[1].reshape(-1, hk, d)[17, 0, :2], torch.zeros(2, dtype=dtype)
-        )
     with pytest.raises(ValueError, match="slot mapping"):
         k_fused.qk_norm_rope_inplace(
             positions, q, k, qw, kw, EPS, rot.cos, rot.sin, kv_cache=fused_cache

@@ -94,36 +94,3 @@ def test_tile_cuts_take_work_off_the_tile(tmp_path):
     three = _loops(tmp_path)  # the default
     assert three["tile_loops"][0]["common"] < both["tile_loops"][0]["common"], (both, three)
     assert three["spill_bytes"] == 0
-
-
-def test_finite_cache_reads_drop_the_load_masks(tmp_path):
-    """STRIXLM_ATTN_FINITE_KV: over a finite cache the masked tiles' K / V loads need no
-    per-row length predicate: fewer instructions in both persistent loops (the 64-token
-    tile's too) and the unified kernel's masked loop, and no spill traffic in a loop."""
-    # Which loops take the mask: both persistent loops; the unified kernel's masked one.
-    for args, masked in (((), (0, 1)), (("--tile", "64"), (0, 1)), (("--kernel", "unified"), (1,))):
-        base = _loops(tmp_path, *args)["tile_loops"]
-        finite = _loops(tmp_path, *args, STRIXLM_ATTN_FINITE_KV="1")["tile_loops"]
-        for i in masked:
-            assert finite[i]["common"] < 0.9 * base[i]["common"], (args, i, base, finite)
-        assert all(lp["local"] == 0 for lp in finite), (args, finite)
-
-
-def test_const_strides_fold_the_row_addresses(tmp_path):
-    """STRIXLM_ATTN_CONST_STRIDES: with the cache's strides compiled in, a K / V row's
-    address is its block's pointer plus an immediate, not a 64-bit add a row: fewer
-    instructions in both persistent loops, alone and with STRIXLM_ATTN_FINITE_KV, and in
-    both of the unified kernel's."""
-    base = _loops(tmp_path)["tile_loops"]
-    const = _loops(tmp_path, STRIXLM_ATTN_CONST_STRIDES="1")["tile_loops"]
-    finite = _loops(tmp_path, STRIXLM_ATTN_FINITE_KV="1")["tile_loops"]
-    both = _loops(tmp_path, STRIXLM_ATTN_FINITE_KV="1", STRIXLM_ATTN_CONST_STRIDES="1")
-    for i in (0, 1):
-        assert const[i]["common"] < base[i]["common"], (i, base, const)
-        assert both["tile_loops"][i]["common"] < finite[i]["common"], (i, finite, both)
-        assert const[i]["top"].get("IADD3", 0) < base[i]["top"]["IADD3"], (i, base, const)
-    assert all(lp["local"] == 0 for lp in const + both["tile_loops"])
-    unified = _loops(tmp_path, "--kernel", "unified")["tile_loops"]
-    unified_const = _loops(tmp_path, "--kernel", "unified", STRIXLM_ATTN_CONST_STRIDES="1")
-    for b, c in zip(unified, unified_const["tile_loops"], strict=True):
-        assert c["common"] < b["common"] and c["local"] == 0, (b, c)

@@ -24,7 +24,6 @@ triton = pytest.importorskip("triton", reason="triton is not installed")
 
 from strixlm.kernels import kv_write as kvw  # noqa: E402
 from strixlm.kernels import paged_attention as pa  # noqa: E402
-from strixlm.layers.attention import torch_paged  # noqa: E402
 from strixlm.layers.attention.metadata import AttentionMetadata  # noqa: E402
 from strixlm.layers.attention.torch_paged import TorchPagedAttention  # noqa: E402
 from strixlm.layers.attention.triton_paged import TritonPagedAttention  # noqa: E402
@@ -136,46 +135,6 @@ def test_kv_write_skips_padding(dtype):
     flat = got.view(2, -1, b.hkv, b.d)
     assert (flat[~written.view(2, -1)] == 1234.0).all()
     assert torch.equal(flat[0, b.slots[: b.t]], b.k[: b.t])
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_kv_write_keeps_v_finite(dtype, monkeypatch):
-    """With STRIXLM_ATTN_FINITE_KV a 16/32-bit cache stores 0 for a non-finite V (NaN,
-    +-inf, or a value the cache dtype overflows), so that every slot stays finite for the
-    kernels' unmasked reads; K is stored as it comes. Kernel, reference and the torch
-    backend's write agree bit for bit. Without the knob the writes store V as it comes."""
-    monkeypatch.setattr(kvw, "FINITE_KV", True)
-    monkeypatch.setattr(kvw, "_FINITE_V", triton.language.constexpr(True))
-    b = Batch([(5, 3), (0, 6)], 4, 2, 32, 4, torch.float32)
-    # fp32 rows into the fp16 cache, to overflow it (the interpreter's fp32 -> bf16 cast
-    # rounds unlike torch's, so the bf16 cache takes bf16 rows).
-    src = torch.float32 if dtype == torch.float16 else dtype
-    k, v = b.k.to(src), b.v.to(src)
-    bad = torch.tensor([float("nan"), float("inf"), -float("inf"), 1e6])  # 1e6: fp16 inf
-    v[1, 0, :4] = bad
-    k[2, 1, :4] = bad
-    cache = torch.full_like(b.kv_cache, 7.0, dtype=dtype)
-    got, ref = cache.clone(), cache.clone()
-    kvw.write_kv(got, k, v, b.slots)
-    kvw.write_kv_ref(ref, k, v, b.slots)
-    raw = torch.int16 if dtype != torch.float32 else torch.int32
-    assert torch.equal(got[1].view(raw), ref[1].view(raw))
-    cpu = cache.clone()  # the torch backend's own write keeps the same promise
-    torch_paged.write_kv(cpu, k, v, b.slots)
-    assert torch.equal(cpu[1].view(raw), ref[1].view(raw))
-    torch.testing.assert_close(got[0], ref[0], rtol=0, atol=0, equal_nan=True)
-    flat = got.view(2, -1, b.hkv, b.d)
-    last = 0.0 if dtype == torch.float16 else 1e6  # 1e6 fits bf16 and fp32, not fp16
-    want_v = torch.tensor([0.0, 0.0, 0.0, last]).to(src).to(dtype)
-    assert torch.equal(flat[1, b.slots[1], 0, :4], want_v)
-    assert torch.isfinite(flat[1]).all()
-    assert flat[0, b.slots[2], 1, :4].isnan().any()  # K unchanged: its NaN is kept
-    monkeypatch.setattr(kvw, "FINITE_KV", False)
-    monkeypatch.setattr(kvw, "_FINITE_V", triton.language.constexpr(False))
-    for write in (kvw.write_kv, kvw.write_kv_ref, torch_paged.write_kv):
-        plain = cache.clone()
-        write(plain, k, v, b.slots)
-        assert plain.view(2, -1, b.hkv, b.d)[1, b.slots[1], 0, :4].isnan().any()
 
 
 def test_kv_write_fp8_bit_exact():

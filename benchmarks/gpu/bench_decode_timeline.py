@@ -139,7 +139,7 @@ def run_shape(name: str, ctxs: list[int], variant: str, want=None) -> dict:
                       timing=timing[i] if timed else None)  # fmt: skip
             pdk.paged_decode_persistent(
                 *args, **kw, sms=sms, seq_order=order, dynamic_frac=float(frac),
-                num_segs=cfg.num_splits, finite_cache=True,  # make_batch's: random, finite
+                num_segs=cfg.num_splits,
             )  # fmt: skip
 
     step(False)

@@ -134,7 +134,6 @@ def triton_backend(scale_fp8: bool, num_splits=None) -> TritonPagedAttention:
     if scale_fp8:
         be.k_scale = be.v_scale = FP8_SCALE
     be.num_splits = num_splits
-    be.finite_cache = True  # make_batch's cache is random, finite everywhere
     return be
 
 
@@ -146,7 +145,7 @@ def attn_call(q, cache, md, fp8: bool, config=None, num_splits=None, seq_order=N
         q, cache, md.query_start_loc, md.seq_lens, md.block_table, SCALE,
         max_query_len=md.max_query_len, max_seq_len=md.max_seq_len,
         k_scale=s, v_scale=s, config=config, num_splits=num_splits, seq_order=seq_order,
-        k_new=k, v_new=v, finite_cache=True,  # make_batch's cache: random, finite
+        k_new=k, v_new=v,
     )  # fmt: skip
 
 

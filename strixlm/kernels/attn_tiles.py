@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from strixlm.kernels.kv_write import FINITE_KV, HAS_TRITON
+from strixlm.kernels.kv_write import HAS_TRITON
 
 # Masked tiles' block ids loaded unmasked, their index clamped to the last block in range
 # (the K / V loads past it stay masked). Masking those loads cost the Gluon fp8 decode
@@ -47,41 +47,6 @@ BLOCK_PTRS = os.environ.get("STRIXLM_ATTN_BLOCK_PTRS", "1") == "1"
 # alternating pairs 28,865-28,893 tok/s against 28,749-28,771 (+0.4%).
 # STRIXLM_ATTN_DEFER_SUM=0 sums per tile again (read at import).
 DEFER_SUM = os.environ.get("STRIXLM_ATTN_DEFER_SUM", "1") == "1"
-# Masked tiles' K and V read without the length mask over a finite cache (the launchers'
-# finite_cache: every slot holds a finite value, so a token past the sequence's end adds
-# p = 0 times a finite V, exactly 0, and its K only reaches a score the mask sends to
-# -inf). Past kv_end a tile's block ids are the last block in range (CLAMP_IDS) or block 0,
-# so every address is in the cache. The length test costs each K / V row of a tile its own
-# predicate: sm90 SASS (benchmarks/sass_tile_loop.py) of the persistent tile 421 -> 360
-# instructions (211 -> 168 registers), its dynamic items' loop 341 -> 293, the unified
-# kernel's masked loop 366 -> 310. Not yet measured on the GPU, so off by default;
-# STRIXLM_ATTN_FINITE_KV=1 turns it on where the cache allows: FINITE_KV, imported above
-# from kv_write (read at import there: with it the K / V writes store a non-finite V as 0).
-
-
-# The cache's strides compiled into the attention kernels as constants (one build per cache
-# layout): each K / V row's address is then its block's pointer plus an immediate offset,
-# where the runtime strides cost a 64-bit add per 16-byte row. sm90 SASS
-# (benchmarks/sass_tile_loop.py): the persistent tile 421 -> 408 instructions and its
-# dynamic items' loop 341 -> 325 (with FINITE_KV 360 -> 346 and 293 -> 276); the unified
-# kernel's loops 288 / 366 -> 271 / 352 (with FINITE_KV 266 / 293). Not yet measured on
-# the GPU, so off by default; STRIXLM_ATTN_CONST_STRIDES=1 turns it on (read at import).
-CONST_STRIDES = os.environ.get("STRIXLM_ATTN_CONST_STRIDES", "0") == "1"
-
-
-def const_strides(kc) -> dict[str, int]:
-    """The kernels' CONST_CB / CONST_CS / CONST_CH: the K cache's block, slot and head
-    strides with CONST_STRIDES (V's are the same), else 0 (the runtime strides)."""
-    cb, cs, ch = kc.stride()[:3] if CONST_STRIDES else (0, 0, 0)
-    return dict(CONST_CB=cb, CONST_CS=cs, CONST_CH=ch)
-
-
-def unmasked_kv(finite_cache: bool, kv_cache) -> bool:
-    """Whether a launch reads masked tiles' K / V unmasked (the kernels' FINITE): FINITE_KV
-    on, a cache its owner vouches is finite everywhere (finite_cache: strixlm.kernels.
-    kv_write.stored_v zeroes non-finite V on the way in, and the cache started zeroed),
-    and a 16- or 32-bit cache (fp8 caches keep their masks)."""
-    return FINITE_KV and finite_cache and kv_cache.element_size() >= 2
 
 
 def per_block_tiles(tile: int, block_size: int, fp8_pairs: bool, kc, vc) -> bool:
@@ -259,12 +224,11 @@ if HAS_TRITON:
         FP8_PAIRS: tl.constexpr,
         PER_BLOCK: tl.constexpr,
         LEN_MASK: tl.constexpr = True,
-        FINITE: tl.constexpr = False,
     ):
         # One online-softmax step over KV tile j, whose cache blocks are blk (tile_blocks,
         # per token or PER_BLOCK): a caller that loads them a tile ahead keeps every K / V
         # address free of a same-iteration load, which lets Triton's pipeliner multi-buffer
-        # them. FINITE (unmasked_kv): masked tiles' K / V loaded without the length mask.
+        # them.
         pos = j * TILE + offs_t
         pos_ok = pos < kv_end  # read (and kept) only when MASKED
         if FP8_PAIRS:  # fp8 cache, 16-bit q, compiled for the GPU, HEAD_DIM a power of two
@@ -284,7 +248,7 @@ if HAS_TRITON:
                 rows = tok[:, None] + offs_d[None, :]
                 kp = k_cache_ptr + rows
                 vp = v_cache_ptr + rows
-            if (MASKED and not FINITE) or not EVEN_D:
+            if MASKED or not EVEN_D:
                 ok = pos_ok[:, None] & (offs_d < HEAD_DIM)[None, :]
                 v = tl.load(vp, mask=ok, other=0.0)
                 if K_ROWS:

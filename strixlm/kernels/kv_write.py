@@ -4,13 +4,9 @@ Cache layout: kv_cache [2, num_blocks, block_size, num_kv_heads, head_dim], inde
 slot = block * block_size + offset; slot < 0 means "skip" (padding tokens of a CUDA graph
 batch carry -1). The cache dtype is the model dtype (bf16/fp16/fp32) or float8_e4m3fn with
 per-layer scales: the cache then holds round_to_nearest_even(clamp(x / scale, +-448)).
-With FINITE_KV a 16/32-bit cache holds 0 for a non-finite V (stored_v), so that every slot
-stays finite.
 """
 
 from __future__ import annotations
-
-import os
 
 import torch
 
@@ -24,10 +20,6 @@ except ImportError:  # pragma: no cover - CPU-only installs without triton
 
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = 448.0
-# The knob of attn_tiles.FINITE_KV (the attention kernels' unmasked reads of a finite
-# cache), read here because the writes keep its promise: with it on, a 16/32-bit cache
-# stores a non-finite V as 0 (stored_v, copy_to_slots). Off, the writes are as they were.
-FINITE_KV = os.environ.get("STRIXLM_ATTN_FINITE_KV", "0") == "1"
 
 
 def quantize_fp8_ref(x: torch.Tensor, scale: float) -> torch.Tensor:
@@ -57,15 +49,10 @@ def copy_to_slots(
     kv_cache: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 ) -> None:
     """k and v rows [N, H, D] into cache slots (all >= 0) of kv_cache [2, blocks, block_size,
-    H, D], cast to the cache's dtype: block and offset merge into one slot dimension. With
-    FINITE_KV a float cache stores a non-finite V (NaN, inf, an overflow of its dtype) as 0,
-    as stored_v does (an fp8 cache comes here as bytes, already quantized)."""
+    H, D], cast to the cache's dtype: block and offset merge into one slot dimension."""
     _, nb, bs, h, d = kv_cache.shape
-    v = v.to(kv_cache.dtype)
-    if FINITE_KV and kv_cache.dtype.is_floating_point:
-        v = torch.where(v.isfinite(), v, torch.zeros((), dtype=v.dtype))
     kv_cache[0].view(nb * bs, h, d).index_copy_(0, slots, k.to(kv_cache.dtype))
-    kv_cache[1].view(nb * bs, h, d).index_copy_(0, slots, v)
+    kv_cache[1].view(nb * bs, h, d).index_copy_(0, slots, v.to(kv_cache.dtype))
 
 
 def dequantize_cache(kv_cache: torch.Tensor, k_scale: float, v_scale: float) -> torch.Tensor:
@@ -77,7 +64,6 @@ def dequantize_cache(kv_cache: torch.Tensor, k_scale: float, v_scale: float) -> 
 
 
 if HAS_TRITON:
-    _FINITE_V = tl.constexpr(FINITE_KV)
 
     @triton.jit
     def _round_fp8e4m3(x):
@@ -110,19 +96,6 @@ if HAS_TRITON:
             y = _round_fp8e4m3(tl.clamp(tl.math.div_rn(x.to(tl.float32), scale), -448.0, 448.0))
         else:
             y = x.to(tl.float32)
-        return y
-
-    @triton.jit
-    def stored_v(x, v_scale, ty, FP8: tl.constexpr):
-        """What the cache stores for V values x, in its dtype ty (torch: copy_to_slots):
-        cache_value, and with
-        FINITE_KV in a 16/32-bit cache non-finite values (NaN, inf, an overflow of ty) as
-        0. The attention kernels may then read slots past a sequence's end unmasked
-        (attn_tiles.FINITE_KV), where a stale NaN left by another request would turn p = 0
-        into NaN."""
-        y = cache_value(x, v_scale, FP8).to(ty)
-        if _FINITE_V and not FP8:
-            y = tl.where(tl.abs(y) < float("inf"), y, tl.zeros_like(y))
         return y
 
     @triton.jit
@@ -161,7 +134,7 @@ if HAS_TRITON:
         k = tl.load(k_ptr + t * stride_kt + h * stride_kh + d, mask=mask)
         v = tl.load(v_ptr + t * stride_vt + h * stride_vh + d, mask=mask)
         tl.store(kc_ptr + dst, cache_value(k, k_scale, FP8).to(kc_ptr.dtype.element_ty), mask=mask)
-        tl.store(vc_ptr + dst, stored_v(v, v_scale, vc_ptr.dtype.element_ty, FP8), mask=mask)
+        tl.store(vc_ptr + dst, cache_value(v, v_scale, FP8).to(vc_ptr.dtype.element_ty), mask=mask)
 
 
 def write_kv(

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from strixlm.kernels import paged_decode_fp8 as fp8_mma
-from strixlm.kernels.attn_tiles import const_strides, per_block_tiles, unmasked_kv
+from strixlm.kernels.attn_tiles import per_block_tiles
 from strixlm.kernels.dispatch import sm_count
 from strixlm.kernels.env_knobs import env_float, env_int, env_ints
 from strixlm.kernels.kv_write import FP8_DTYPE, HAS_TRITON
@@ -307,15 +307,7 @@ if HAS_TRITON:
         FRESH: tl.constexpr = False,
         SKIP_DECODES: tl.constexpr = False,
         PER_BLOCK: tl.constexpr = False,
-        FINITE: tl.constexpr = False,
-        CONST_CB: tl.constexpr = 0,
-        CONST_CS: tl.constexpr = 0,
-        CONST_CH: tl.constexpr = 0,
     ):
-        if CONST_CS:  # the cache's strides as compile-time constants (attn_tiles.const_strides)
-            stride_cb = CONST_CB
-            stride_cs = CONST_CS
-            stride_ch = CONST_CH
         # FRESH (unsplit launches only): each sequence's new tokens are read from the step's
         # K / V rows (k_new_ptr / v_new_ptr, [T, Hkv, D]) and only its cached prefix from the
         # cache; new_qk_scale / new_v_inv replace the cache's scales for those rows.
@@ -406,7 +398,7 @@ if HAS_TRITON:
                 acc, m_i, l_i, q, j, kv_end, q_abs, blk, k_cache_ptr, v_cache_ptr,
                 head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d,
                 HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, False, IEEE, K_ROWS, FP8_PAIRS,
-                PER_BLOCK, FINITE=FINITE,
+                PER_BLOCK,
             )  # fmt: skip
         for j in range(mid, hi):
             blk, blk_next = blocks_step(
@@ -416,7 +408,7 @@ if HAS_TRITON:
                 acc, m_i, l_i, q, j, kv_end, q_abs, blk, k_cache_ptr, v_cache_ptr,
                 head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d,
                 HEAD_DIM, HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, True, IEEE, K_ROWS, FP8_PAIRS,
-                PER_BLOCK, FINITE=FINITE,
+                PER_BLOCK,
             )  # fmt: skip
         if FRESH:
             # The new tokens after the prefix (the online softmax does not depend on the
@@ -513,7 +505,6 @@ def paged_attention(
     qk_prologue: QKNormRopeWrite | None = None,
     k_new: torch.Tensor | None = None,
     v_new: torch.Tensor | None = None,
-    finite_cache: bool = False,
 ) -> torch.Tensor:
     """Causal attention of q [T, Hq, D] over the paged cache; returns out [T, Hq, D].
 
@@ -531,7 +522,6 @@ def paged_attention(
     after its launch, if not given). Over an fp8 cache the unified kernel reads each
     sequence's new tokens from them unquantized (fresh_rows), and only cached prefixes
     pay the fp8 conversion.
-    finite_cache: every slot of kv_cache holds a finite value (attn_tiles.unmasked_kv).
     """
     t, hq, d = q.shape
     _, _, bs, hkv, dc = kv_cache.shape
@@ -590,7 +580,6 @@ def paged_attention(
             num_stages=cfg.num_stages, k_rows=cfg.k_rows, sms=num_sms(q.device),
             k_scale=k_scale, v_scale=v_scale, seq_order=seq_order, num_segs=cfg.num_splits,
             qk=qk_prologue if fuse_qk else None, ctas_per_sm=cfg.ctas_per_sm,
-            finite_cache=finite_cache,
         )  # fmt: skip
     if mixed_fp8:
         fp8_mma.paged_decode_fp8(
@@ -652,8 +641,6 @@ def paged_attention(
         FRESH=fresh,
         SKIP_DECODES=mixed_fp8,
         PER_BLOCK=per_block_tiles(cfg.tile, bs, pairs, kc, vc),
-        FINITE=unmasked_kv(finite_cache, kv_cache),
-        **const_strides(kc),
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         launch_pdl=pdl,

@@ -34,7 +34,7 @@ import os
 
 import torch
 
-from strixlm.kernels.attn_tiles import const_strides, per_block_tiles, unmasked_kv
+from strixlm.kernels.attn_tiles import per_block_tiles
 from strixlm.kernels.env_knobs import env_float, env_int
 from strixlm.kernels.kv_write import FP8_DTYPE, HAS_TRITON
 from strixlm.kernels.paged_attention import (
@@ -379,15 +379,7 @@ if HAS_TRITON:
         PER_BLOCK: tl.constexpr = False,
         ITEM_ROWS: tl.constexpr = False,
         CAUSAL: tl.constexpr = False,
-        FINITE: tl.constexpr = False,
-        CONST_CB: tl.constexpr = 0,
-        CONST_CS: tl.constexpr = 0,
-        CONST_CH: tl.constexpr = 0,
     ):
-        if CONST_CS:  # the cache's strides as compile-time constants (attn_tiles.const_strides)
-            stride_cb = CONST_CB
-            stride_cs = CONST_CS
-            stride_ch = CONST_CH
         p = tl.program_id(0)
         n_prog = tl.num_programs(0)
         kv_head = tl.program_id(1)
@@ -531,7 +523,7 @@ if HAS_TRITON:
                 acc, m_i, l_i, q, j, seq_len, q_abs, blk, k_cache_ptr, v_cache_ptr, head_off,
                 stride_cb, stride_cs, qk_scale, offs_t, offs_d, HEAD_DIM, HEAD_DIM == DIM_P,
                 BLOCK_SIZE, TILE, True, IEEE, K_ROWS, FP8_PAIRS,
-                PER_BLOCK, not CAUSAL, FINITE,
+                PER_BLOCK, not CAUSAL,
             )  # fmt: skip
             if last:
                 if ALL_ROWS:
@@ -598,7 +590,7 @@ if HAS_TRITON:
                         acc, m_i, l_i, q, j, seq_len, q_abs, blk, k_cache_ptr, v_cache_ptr,
                         head_off, stride_cb, stride_cs, qk_scale, offs_t, offs_d, HEAD_DIM,
                         HEAD_DIM == DIM_P, BLOCK_SIZE, TILE, True, IEEE, K_ROWS, FP8_PAIRS,
-                        PER_BLOCK, not CAUSAL, FINITE,
+                        PER_BLOCK, not CAUSAL,
                     )  # fmt: skip
                 if NUM_SEGS > 1:  # the segment's partial row (an empty one: max -inf, sum 0)
                     row = (tok * NUM_Q_HEADS + head) * NUM_SEGS + i % NUM_SEGS
@@ -649,7 +641,6 @@ def paged_decode_persistent(
     dynamic_frac: float | None = None,
     maxnreg: int | None = None,
     ctas_per_sm: int = 0,
-    finite_cache: bool = False,
 ) -> torch.Tensor:
     """Decode attention (each sequence 0 or 1 query tokens) with the persistent grid; the
     arguments are paged_attention's. num_segs > 1 splits every sequence into that many
@@ -741,8 +732,6 @@ def paged_decode_persistent(
         PER_BLOCK=per_block_tiles(tile, bs, pairs, kc, vc),
         ITEM_ROWS=item_rows,
         CAUSAL=CAUSAL_SCORES and item_rows,  # alone it cost 13% a launch (session 47)
-        FINITE=unmasked_kv(finite_cache, kv_cache),
-        **const_strides(kc),
         num_warps=num_warps,
         num_stages=num_stages,
         launch_pdl=pdl,

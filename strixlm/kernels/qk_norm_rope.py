@@ -29,7 +29,7 @@ try:
     import triton
     import triton.language as tl
 
-    from strixlm.kernels.kv_write import cache_value, stored_v
+    from strixlm.kernels.kv_write import cache_value
     from strixlm.kernels.pdl import pdl_prologue
     from strixlm.kernels.rotary import check_rotary_inputs, head_tiles
 
@@ -145,8 +145,8 @@ if HAS_TRITON:
         tl.store(kc_ptr + dst + HALF, cache_value(k2, k_scale, FP8).to(ty), mask=ok)
         v1p = v_ptr + toks[:, None] * v_s0 + kv_head * v_s1 + d[None, :]
         for part in tl.static_range(2):
-            x = stored_v(tl.load(v1p + part * HALF, mask=ok, other=0.0), v_scale, ty, FP8)
-            tl.store(vc_ptr + dst + part * HALF, x, mask=ok)
+            x = cache_value(tl.load(v1p + part * HALF, mask=ok, other=0.0), v_scale, FP8)
+            tl.store(vc_ptr + dst + part * HALF, x.to(ty), mask=ok)
 
     @triton.jit
     def _qk_norm_rope_kernel(
@@ -277,8 +277,8 @@ if HAS_TRITON:
             dst = cache_row + hh * stride_ch + d[None, :]
             ty = vc_ptr.dtype.element_ty
             for part in tl.static_range(2):
-                x = stored_v(tl.load(src + part * half, mask=mask, other=0.0), v_scale, ty, FP8)
-                tl.store(vc_ptr + dst + part * half, x, mask=mask)
+                x = cache_value(tl.load(src + part * half, mask=mask, other=0.0), v_scale, FP8)
+                tl.store(vc_ptr + dst + part * half, x.to(ty), mask=mask)
 
 
 def qk_norm_rope_inplace(

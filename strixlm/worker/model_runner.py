@@ -232,8 +232,6 @@ class ModelRunner:
             for layer in self.attn_layers:
                 t = torch.zeros(shape, dtype=self.kv_dtype, device=self.device)
                 layer.kv_cache = t
-                # Zeroed here and written only by the K/V writes, which keep V finite.
-                layer.attn.finite_cache = True
                 self.kv_caches.append(t)
         sc = self.config.scheduler
         max_blocks = -(-self.max_model_len // self.block_size)
@@ -256,7 +254,6 @@ class ModelRunner:
         self.kv_caches = []
         for i, layer in enumerate(self.attn_layers):
             layer.kv_cache = layout.attention_view(self.pool, i)
-            layer.attn.finite_cache = False  # its blocks may have held Mamba state
             self.kv_caches.append(layer.kv_cache)
         first_mamba_group = layout.mamba_group_range[0]
         for i, layer in enumerate(self.mamba_layers):

@@ -167,63 +167,6 @@ section_uncut() {  # the tile without the deferred sum, item rows and causal sco
   screen_ab uncut "STRIXLM_ATTN_DEFER_SUM=0 STRIXLM_ATTN_ITEM_ROWS=0 STRIXLM_ATTN_CAUSAL_SCORES=0"
 }
 
-# finitekv: masked tiles' K / V read without the length mask over a finite cache
-#   (STRIXLM_ATTN_FINITE_KV=1, attn_tiles.unmasked_kv; the runner vouches for a dense
-#   model's own caches: zeroed, V kept finite on write by kv_write.stored_v). sm90 SASS:
-#   the persistent tile 421 -> 360 instructions (64-token tile 713 -> 554), the dynamic
-#   items' loop 341 -> 293, the unified masked loop 366 -> 310. Screened per launch, then
-#   check_attention under it and the workload A/B (screen_ab); then check_e2e under it
-section_finitekv() {  # K / V loads without the length mask: per launch, then the workload
-  screen_ab finitekv STRIXLM_ATTN_FINITE_KV=1
-  if [[ -z $SCREEN_ONLY ]]; then
-    STRIXLM_ATTN_FINITE_KV=1 run e2e_finitekv 240 python benchmarks/gpu/check_e2e.py
-  fi
-}
-
-# conststrides: the cache's strides compiled into the attention kernels as constants
-#   (STRIXLM_ATTN_CONST_STRIDES=1, attn_tiles.const_strides: a K / V row's address is its
-#   block's pointer plus an immediate; sm90 SASS 421 -> 408 a tile, the dynamic loop 341 ->
-#   325), screened per launch, then check_attention and the workload A/B (screen_ab)
-section_conststrides() {  # cache strides as compile-time constants: per launch, then workload
-  screen_ab conststrides STRIXLM_ATTN_CONST_STRIDES=1
-}
-
-# finiteres: why finitekv lost 8% a launch (session 48): its programs started over 175 us
-#   instead of 17. The cut takes the tile from 211 to 168 registers, so five 2-warp programs
-#   fit an SM instead of four, and under PDL the next launch's programs may take the fifth
-#   slot early and unbalance the static deal. Timelines at b244-b98: the default, finitekv
-#   at five programs an SM, finitekv and the default with PDL off, the default at five;
-#   then the workload with finitekv at five against the default, alternating, two pairs
-section_finiteres() {  # finitekv's residency under PDL: per launch, then the workload
-  local S="150 300 450 600 700" k
-  timeline_under fk_default "" $S
-  timeline_under fk_c5 "STRIXLM_ATTN_FINITE_KV=1 STRIXLM_ATTN_PERSISTENT_CTAS=5" $S
-  timeline_under fk_nopdl "STRIXLM_ATTN_FINITE_KV=1 STRIXLM_DISABLE_PDL=1" $S
-  timeline_under def_nopdl "STRIXLM_DISABLE_PDL=1" $S
-  timeline_under def_c5 "STRIXLM_ATTN_PERSISTENT_CTAS=5" $S
-  for k in fk_default fk_c5 fk_nopdl def_nopdl def_c5; do
-    python -c "import json, sys; us = [round(r['us_per_launch'], 1) for r in
-json.load(open(sys.argv[1]))]; print(sys.argv[2], round(sum(us), 1), us)" "$OUT/$k.json" "$k"
-  done
-  local i
-  for i in 1 2; do
-    (export STRIXLM_ATTN_FINITE_KV=1 STRIXLM_ATTN_PERSISTENT_CTAS=5
-     run "tp_fk$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_fk$i.json")
-    run "tp_def$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_def$i.json"
-  done
-  grep "strixlm  " "$OUT"/tp_fk*.log "$OUT"/tp_def*.log
-}
-
-# loadcuts: finitekv and conststrides together (sm90 SASS 421 -> 346 a tile, the dynamic
-#   loop 341 -> 276), screened, then check_attention, the workload A/B and check_e2e
-section_loadcuts() {  # both load-address cuts: per launch, then the workload
-  screen_ab loadcuts "STRIXLM_ATTN_FINITE_KV=1 STRIXLM_ATTN_CONST_STRIDES=1"
-  if [[ -z $SCREEN_ONLY ]]; then
-    STRIXLM_ATTN_FINITE_KV=1 STRIXLM_ATTN_CONST_STRIDES=1 run e2e_loadcuts 240 \
-      python benchmarks/gpu/check_e2e.py
-  fi
-}
-
 # dynshare: the persistent grid's dynamic share (paged_decode.DYNAMIC_FRAC, 0.6 since
 #   session 8, when fully dynamic was about even) per launch at the workload's decode
 #   batches b244-b40, 0.4 / 0.6 / 0.8 / 1.0 in one run (~1 min). The dealt loop now costs

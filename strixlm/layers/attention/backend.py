@@ -22,12 +22,6 @@ class AttentionBackend(ABC):
     # Qwen3 q/k norm + rotary + write as qk_prologue (a kernels.qk_norm_rope.QKNormRopeWrite,
     # still to run on q and the step's K/V) and runs it first (see models/llama.py).
     kv_write_is_kernel_compatible: bool = False
-    # Set by the runner when this layer's cache is its own and starts zeroed (a hybrid
-    # pool's attention views also hold Mamba state bytes, so never those). With
-    # attn_tiles.FINITE_KV, whose K / V writes store a non-finite V as 0 (kv_write.stored_v),
-    # every slot then holds a finite value, and the Triton kernels may read a tile's slots
-    # past a sequence's end unmasked.
-    finite_cache: bool = False
 
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float) -> None:
         self.num_heads = num_heads

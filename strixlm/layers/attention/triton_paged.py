@@ -82,5 +82,4 @@ class TritonPagedAttention(AttentionBackend):
             qk_prologue=qk_prologue,
             k_new=k_new,
             v_new=v_new,
-            finite_cache=self.finite_cache,
         )
