@@ -439,8 +439,31 @@ def test_split_heuristic():
     assert pa.choose_num_splits(64, 8, 1, 2048, 64, 132) == 1
     assert pa.choose_num_splits(1, 8, 512, 8192, 64, 132) == 1
     assert pa.choose_num_splits(4, 8, 1, 64, 64, 132) == 1
-    cfg = pa.select_config(16, 8, 128, 16, 1, 2048, 132)
-    assert cfg.block_m >= 16 and cfg.tile >= 16 and cfg.num_splits == 4
+    # A lower target splits less: 16 x 8 programs reach 1.5 an SM in 2 segments, 2 in 4.
+    assert pa.choose_num_splits(16, 8, 1, 2048, 64, 132, ctas_per_sm=1.5) == 2
+    assert pa.choose_num_splits(16, 8, 1, 2048, 64, 132, ctas_per_sm=2.0) == 4
+
+
+def test_tail_config(monkeypatch):
+    # One-query decodes under the persistent grid: TAIL_TILE tiles, split to TAIL_CTAS_PER_SM.
+    sel = pa.select_config
+    for b in (1, 8, 16, 24, 32):
+        cfg = sel(16, 8, 128, b, 1, 8192, 132)
+        assert not cfg.persistent and cfg.tile == pa.TAIL_TILE
+        assert cfg.num_splits == pa.choose_num_splits(
+            b, 8, 1, 8192, pa.TAIL_TILE, 132, pa.TAIL_CTAS_PER_SM
+        )
+    # Speculative verification and fp8 caches keep the general rule.
+    spec = sel(16, 8, 128, 16, 4, 8192, 132)
+    assert spec.tile == pa.DECODE_TILE
+    assert spec.num_splits == pa.choose_num_splits(16, 8, 4, 8192, pa.DECODE_TILE, 132)
+    assert pa.tail_config(1, 128, fp8=True) is None
+    assert pa.tail_config(1, 256, fp8=False) is None
+    # Either knob at 0 restores the old pick (STRIXLM_ATTN_TAIL_TILE=0 / _TAIL_CTAS=0).
+    monkeypatch.setattr(pa, "TAIL_TILE", 0)
+    cfg = sel(16, 8, 128, 16, 1, 8192, 132)
+    assert cfg.tile == pa.DECODE_TILE
+    assert cfg.num_splits == pa.choose_num_splits(16, 8, 1, 8192, pa.DECODE_TILE, 132)
 
 
 def test_torch_fallback_path(monkeypatch):

@@ -73,6 +73,17 @@ SPLIT_MAX_QUERY_LEN = 8  # decode and short speculative verification
 # the spread of same-code runs; 3 ran +0.15% in session 29. Until a longer A/B settles it,
 # the measured 2 stays. STRIXLM_ATTN_SPLIT_CTAS (read at import; a float) for A/B runs.
 SPLIT_TARGET_CTAS_PER_SM = env_float("STRIXLM_ATTN_SPLIT_CTAS", 2.0)
+# One-query decode batches below the persistent grid (the run's last ~140 steps, in graphs
+# padded to 1-32 rows) take TAIL_TILE-token tiles and split until TAIL_CTAS_PER_SM programs
+# an SM. H200 (sweep_decode_attn.py --tail, session 48), us a launch, unpadded batches, the
+# default (32-token tiles, a target of 2) against 64-token tiles: b26 49.1 vs 46.8 (1
+# segment), b20 44.2 vs 40.8 (2), b12 28.7 vs 27.7 (2), b6 17.4 vs 16.8 (4). The 64-token
+# picks sit at 1.45-2.4 programs an SM. STRIXLM_ATTN_TAIL_TILE / _TAIL_CTAS (read at
+# import; 0 = the DECODE_TILE / SPLIT_TARGET_CTAS_PER_SM rule) for A/B runs.
+TAIL_TILE = env_int("STRIXLM_ATTN_TAIL_TILE", 64)
+TAIL_CTAS_PER_SM = env_float("STRIXLM_ATTN_TAIL_CTAS", 1.5)
+if TAIL_TILE and (TAIL_TILE < 16 or TAIL_TILE & (TAIL_TILE - 1)):
+    raise ValueError(f"STRIXLM_ATTN_TAIL_TILE must be 0 or a power of two >= 16, got {TAIL_TILE}")
 SPLIT_MIN_TOKENS_PER_SEG = 128
 SPLIT_MAX_SEGS = 64
 # Benchmark knobs for A/B runs of the decode config. 64-token tiles with 2 warps and 3 stages
@@ -145,9 +156,16 @@ def num_sms(device: torch.device) -> int:
 
 
 def choose_num_splits(
-    num_seqs: int, num_kv_heads: int, max_query_len: int, max_seq_len: int, tile: int, sms: int
+    num_seqs: int,
+    num_kv_heads: int,
+    max_query_len: int,
+    max_seq_len: int,
+    tile: int,
+    sms: int,
+    ctas_per_sm: float | None = None,
 ) -> int:
-    """KV segments per sequence: > 1 when decode-like programs would leave SMs idle.
+    """KV segments per sequence: > 1 when decode-like programs would leave SMs idle, until
+    ctas_per_sm (None: SPLIT_TARGET_CTAS_PER_SM) programs an SM.
 
     Host ints only (under graph capture max_seq_len is the padded upper bound), so the
     choice is fixed per captured shape. Segments are kept >= SPLIT_MIN_TOKENS_PER_SEG
@@ -158,7 +176,7 @@ def choose_num_splits(
     if DECODE_SPLITS > 0:
         return DECODE_SPLITS
     base = max(1, num_seqs * num_kv_heads)
-    target = max(1, int(sms * SPLIT_TARGET_CTAS_PER_SM))
+    target = max(1, int(sms * (ctas_per_sm or SPLIT_TARGET_CTAS_PER_SM)))
     if base >= target:
         return 1
     by_len = max(1, max_seq_len // max(tile, SPLIT_MIN_TOKENS_PER_SEG))
@@ -221,9 +239,13 @@ def select_config(
                 num_splits, ctas = 1, MID_GRID_CTAS
                 cfg = replace(cfg, tile=MID_GRID_TILE)
         else:
+            tail = tail_config(max_query_len, dp, fp8)
+            if tail is not None:
+                cfg = replace(cfg, tile=tail[0])
             num_splits = choose_num_splits(
-                num_seqs, num_kv_heads, max_query_len, max_seq_len, cfg.tile, sms
-            )
+                num_seqs, num_kv_heads, max_query_len, max_seq_len, cfg.tile, sms,
+                tail[1] if tail is not None else None,
+            )  # fmt: skip
     else:
         persistent = num_splits <= 1 and use_persistent(num_seqs, num_kv_heads, max_query_len, sms)
     return AttnConfig(
@@ -236,6 +258,16 @@ def select_config(
         persistent,
         ctas,  # only the persistent path sets it
     )
+
+
+def tail_config(max_query_len: int, dim_p: int, fp8: bool) -> tuple[int, float] | None:
+    """(tile, programs an SM to split to) for one-query decode batches the unified kernel
+    takes (TAIL_TILE, TAIL_CTAS_PER_SM); None where the general decode rule applies:
+    multi-query batches (speculative verification), fp8 caches (their decodes run the Gluon
+    kernel), head dims over 128, or either knob at 0."""
+    if max_query_len != 1 or fp8 or dim_p > 128 or TAIL_TILE <= 0 or TAIL_CTAS_PER_SM <= 0:
+        return None
+    return TAIL_TILE, TAIL_CTAS_PER_SM
 
 
 if HAS_TRITON:
