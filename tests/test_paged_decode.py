@@ -135,7 +135,7 @@ def test_persistent_heuristic(monkeypatch):
     # Fewer: the unified kernel and its own split.
     cfg = sel(16, 8, 128, 39, 1, 2048, 132)
     assert not cfg.persistent and cfg.num_splits == pa.choose_num_splits(
-        39, 8, 1, 2048, pa.TAIL_TILE, 132, pa.TAIL_CTAS_PER_SM
+        39, 8, 1, 2048, pa.DECODE_TILE, 132
     )
     assert not sel(16, 8, 128, 1, 1, 8192, 132).persistent
     assert not sel(16, 8, 128, 256, 2, 2048, 132).persistent  # speculative verification

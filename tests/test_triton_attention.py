@@ -445,25 +445,45 @@ def test_split_heuristic():
 
 
 def test_tail_config(monkeypatch):
-    # One-query decodes under the persistent grid: TAIL_TILE tiles, split to TAIL_CTAS_PER_SM.
+    # Off by default: one-query decodes under the persistent grid keep the DECODE_TILE rule.
     sel = pa.select_config
-    for b in (1, 8, 16, 24, 32):
-        cfg = sel(16, 8, 128, b, 1, 8192, 132)
-        assert not cfg.persistent and cfg.tile == pa.TAIL_TILE
-        assert cfg.num_splits == pa.choose_num_splits(
-            b, 8, 1, 8192, pa.TAIL_TILE, 132, pa.TAIL_CTAS_PER_SM
-        )
-    # Speculative verification and fp8 caches keep the general rule.
+    if pa.TAIL_TILE == 0:
+        cfg = sel(16, 8, 128, 16, 1, 8192, 132)
+        assert cfg.tile == pa.DECODE_TILE
+        assert cfg.num_splits == pa.choose_num_splits(16, 8, 1, 8192, pa.DECODE_TILE, 132)
+    # On (STRIXLM_ATTN_TAIL_TILE=64): TAIL_TILE tiles, split to TAIL_CTAS_PER_SM an SM.
+    monkeypatch.setattr(pa, "TAIL_TILE", 64)
+    monkeypatch.setattr(pa, "TAIL_CTAS_PER_SM", 1.5)
+    for b, segs in ((1, 32), (2, 16), (4, 8), (8, 4), (16, 2), (24, 2), (32, 1)):
+        cfg = sel(16, 8, 128, b, 1, 40960, 132)  # a captured graph's padded upper bound
+        assert not cfg.persistent and (cfg.tile, cfg.num_splits) == (64, segs), b
+    assert sel(16, 8, 128, 40, 1, 40960, 132).persistent  # the persistent grid's own split
+    # Speculative verification, fp8 caches and wide heads keep the general rule.
     spec = sel(16, 8, 128, 16, 4, 8192, 132)
     assert spec.tile == pa.DECODE_TILE
     assert spec.num_splits == pa.choose_num_splits(16, 8, 4, 8192, pa.DECODE_TILE, 132)
     assert pa.tail_config(1, 128, fp8=True) is None
     assert pa.tail_config(1, 256, fp8=False) is None
-    # Either knob at 0 restores the old pick (STRIXLM_ATTN_TAIL_TILE=0 / _TAIL_CTAS=0).
-    monkeypatch.setattr(pa, "TAIL_TILE", 0)
-    cfg = sel(16, 8, 128, 16, 1, 8192, 132)
-    assert cfg.tile == pa.DECODE_TILE
-    assert cfg.num_splits == pa.choose_num_splits(16, 8, 1, 8192, pa.DECODE_TILE, 132)
+    assert pa.tail_config(1, 128, fp8=False) == (64, 1.5)
+
+
+@pytest.mark.parametrize("num_splits", [1, 2, 4])
+def test_tail_tiles_with_short_segments(num_splits):
+    """The tail rule's configs: one-query decodes at 64-token tiles over 4-token blocks,
+    segments down to under a tile (a 37-token context in 4 segments), and the decode
+    graphs' padding (one-token rows past the real ones)."""
+    rows = [(36, 1), (99, 1), (0, 1), (63, 1), (64, 1)]
+    b = Batch(rows, 4, 2, 32, 4, torch.float32, seed=11)
+    cache = b.kv_cache.clone()
+    ref = TorchPagedAttention(b.hq, b.hkv, b.d, 0.2).forward(b.q, b.k, b.v, cache.clone(), b.md)
+    kvw.write_kv_ref(cache, b.k, b.v, b.slots)
+    cfg = pa.AttnConfig(16, 64, 2, 3, num_splits)
+    out = pa.paged_attention(
+        b.q, cache, b.md.query_start_loc, b.md.seq_lens, b.block_table, 0.2,
+        max_query_len=1, max_seq_len=40960, config=cfg,
+    )  # fmt: skip
+    rel, mx = rel_err(out, ref)
+    assert rel < TOL[torch.float32], (rel, mx)
 
 
 def test_torch_fallback_path(monkeypatch):

@@ -8,10 +8,11 @@ The engine captures decode graphs at 1, 2, 4, 8, 16, 24, 32, 40, ... rows
 batches 33-40 all run the 40-row graph's config; the extra rows are one-token sequences.
 For each real batch size below, the contexts are the workload's at the first step with
 that many requests alive (bench_decode_timeline.workload_shapes). Per batch it times, in
-28-launch CUDA graphs (one per layer, as in a step), the old pick (32-token tiles, split to
-SPLIT_TARGET_CTAS_PER_SM), the current pick (paged_attention.select_config: TAIL_TILE /
-TAIL_CTAS_PER_SM) and the unified kernel at 32- and 64-token tiles over segment counts, each
-checked against the first config's output. It ends with the steps-weighted sum per pick.
+28-launch CUDA graphs (one per layer, as in a step): the default pick (32-token tiles, split
+to SPLIT_TARGET_CTAS_PER_SM), the tail rule's (paged_attention.tail_config, opt-in: TAIL_TILE
+64 unless STRIXLM_ATTN_TAIL_TILE sets another, TAIL_CTAS_PER_SM), and the unified kernel at
+32- and 64-token tiles over segment counts, each checked against the first config's output.
+It ends with the steps-weighted sum of each pick's time over the run.
 """
 
 from __future__ import annotations
@@ -62,10 +63,11 @@ def steps_per_graph(first: int = 30, last: int = 1037) -> dict[int, int]:
     return counts
 
 
-def old_pick(padded: int, sms: int) -> pa.AttnConfig:
-    """select_config before the tail rule (STRIXLM_ATTN_TAIL_TILE=0)."""
+def pick(padded: int, sms: int, tail_tile: int) -> pa.AttnConfig:
+    """select_config for a padded one-query graph with TAIL_TILE = tail_tile (0: the old
+    pick, the DECODE_TILE rule)."""
     saved = pa.TAIL_TILE
-    pa.TAIL_TILE = 0
+    pa.TAIL_TILE = tail_tile
     try:
         return pa.select_config(HQ, HKV, D, padded, 1, UPPER, sms)
     finally:
@@ -79,8 +81,8 @@ def time_batch(b: int, padded: int, ctxs: list[int]) -> dict:
     order_t = torch.tensor(order, dtype=torch.int32, device=q.device)
     sms = pa.num_sms(q.device)
     kv_bytes = sum(ctxs) * HKV * D * 2 * cache.element_size()
-    new = pa.select_config(HQ, HKV, D, padded, 1, UPPER, sms)
-    picks = {"old": old_pick(padded, sms), "new": new}
+    new = pick(padded, sms, pa.TAIL_TILE or 64)  # the tail rule (opt-in), on
+    picks = {"old": pick(padded, sms, 0), "new": new}
     unified = dataclasses.replace(picks["new"], persistent=False, ctas_per_sm=0)
     for tile in (32, 64):
         for segs in (1, 2, 4, 8, 16, 32):

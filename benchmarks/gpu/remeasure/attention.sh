@@ -473,35 +473,35 @@ section_headmajor() {  # head-major blocks with the double-buffered kernels
   grep -E "heuristic|head-major|longest" "$OUT/headmajor.log"
 }
 
-# tailpad: the tail rule (paged_attention.TAIL_TILE / TAIL_CTAS_PER_SM: 64-token tiles split
-#   to 1.5 programs an SM for one-query batches the unified kernel takes) against the old
-#   pick (STRIXLM_ATTN_TAIL_TILE=0), as the engine runs them: sweep_tail_padded.py at the
-#   workload's tail batches padded to their graph sizes (~3 min), check_attention --quick,
-#   then decode steps at batches 5-37 (1,400-token prompts) alternating new / old
+# tailpad: the tail rule (opt-in: STRIXLM_ATTN_TAIL_TILE=64, paged_attention.tail_config:
+#   64-token tiles split to 1.5 programs an SM for one-query batches the unified kernel
+#   takes) against the default pick, as the engine runs them: sweep_tail_padded.py at the
+#   workload's tail batches padded to their graph sizes (~2.5 min), check_attention --quick
+#   with the rule on, then decode steps at batches 5-37 (1,400-token prompts) alternating
+#   on / off
 section_tailpad() {  # the tail rule per launch (padded graphs), checked, then per step
   run tailpad 230 python benchmarks/gpu/sweep_tail_padded.py --budget-s 150 \
     --json "$OUT/tailpad.json"
-  run attn_check_tail 150 python benchmarks/gpu/check_attention.py --quick
+  STRIXLM_ATTN_TAIL_TILE=64 run attn_check_tail 150 python benchmarks/gpu/check_attention.py \
+    --quick
   local v
-  for v in new1: old1:0 new2: old2:0; do
-    (if [[ -n ${v#*:} ]]; then export STRIXLM_ATTN_TAIL_TILE=0; fi
-     run "tailstep_${v%%:*}" 120 python benchmarks/gpu/profile_step.py --batch 5 13 21 29 37 \
-       --prompt-len 1400 --steps 50)
+  for v in on1:64 off1:0 on2:64 off2:0; do
+    STRIXLM_ATTN_TAIL_TILE=${v#*:} run "tailstep_${v%%:*}" 120 python \
+      benchmarks/gpu/profile_step.py --batch 5 13 21 29 37 --prompt-len 1400 --steps 50
   done
   grep "#####" "$OUT"/tailstep_*.log
 }
 
-# tailpadab: the workload with the tail rule / the old pick (STRIXLM_ATTN_TAIL_TILE=0),
-#   after a warm-up, alternating, three pairs; TAIL_EXTRA ("VAR=VALUE ...") joins the new
-#   rule's runs (e.g. STRIXLM_ATTN_PERSISTENT_SPLIT_MIN=0.65: the 40-row graph unified too)
+# tailpadab: the workload with the tail rule on (STRIXLM_ATTN_TAIL_TILE=64) / off (the
+#   default), after a warm-up, alternating, three pairs; TAIL_EXTRA ("VAR=VALUE ...") joins
+#   the rule's runs (e.g. STRIXLM_ATTN_PERSISTENT_SPLIT_MIN=0.65: the 40-row graph unified)
 section_tailpadab() {  # the workload: the tail rule on / off, three pairs
   run tp_warm 100 $TP --model qwen3-0.6b
   local i
   for i in 1 2 3; do
-    (if [[ -n ${TAIL_EXTRA:-} ]]; then export $TAIL_EXTRA; fi; run "tp_tail_new$i" 100 $TP --model qwen3-0.6b \
-      --output-json "$OUT/tp_tail_new$i.json")
-    STRIXLM_ATTN_TAIL_TILE=0 run "tp_tail_old$i" 100 $TP --model qwen3-0.6b \
-      --output-json "$OUT/tp_tail_old$i.json"
+    (export STRIXLM_ATTN_TAIL_TILE=64; if [[ -n ${TAIL_EXTRA:-} ]]; then export $TAIL_EXTRA; fi
+     run "tp_tail_on$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_tail_on$i.json")
+    run "tp_tail_off$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_tail_off$i.json"
   done
   grep "strixlm  " "$OUT"/tp_tail_*.log
 }
