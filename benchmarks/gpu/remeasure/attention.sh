@@ -476,14 +476,18 @@ section_headmajor() {  # head-major blocks with the double-buffered kernels
 # tailpad: the tail rule (opt-in: STRIXLM_ATTN_TAIL_TILE=64, paged_attention.tail_config:
 #   64-token tiles split to 1.5 programs an SM for one-query batches the unified kernel
 #   takes) against the default pick, as the engine runs them: sweep_tail_padded.py at the
-#   workload's tail batches padded to their graph sizes (~2.5 min), check_attention --quick
-#   with the rule on, then decode steps at batches 5-37 (1,400-token prompts) alternating
-#   on / off
-section_tailpad() {  # the tail rule per launch (padded graphs), checked, then per step
-  run tailpad 230 python benchmarks/gpu/sweep_tail_padded.py --budget-s 150 \
+#   workload's tail batches padded to their graph sizes (~2.5 min), then check_attention
+#   --quick with the rule on (~1.5 min)
+section_tailpad() {  # the tail rule per launch (padded graphs), then checked
+  run tailpad 200 python benchmarks/gpu/sweep_tail_padded.py --budget-s 140 \
     --json "$OUT/tailpad.json"
   STRIXLM_ATTN_TAIL_TILE=64 run attn_check_tail 150 python benchmarks/gpu/check_attention.py \
     --quick
+}
+
+# tailstep: decode steps at batches 5 / 13 / 21 / 29 / 37 (graphs of 8-40 rows, 1,400-token
+#   prompts) with the tail rule on / off, alternating, twice (~4 min)
+section_tailstep() {  # the tail rule on / off per decode step
   local v
   for v in on1:64 off1:0 on2:64 off2:0; do
     STRIXLM_ATTN_TAIL_TILE=${v#*:} run "tailstep_${v%%:*}" 120 python \
