@@ -74,9 +74,9 @@ SPLIT_MAX_QUERY_LEN = 8  # decode and short speculative verification
 # the measured 2 stays. STRIXLM_ATTN_SPLIT_CTAS (read at import; a float) for A/B runs.
 SPLIT_TARGET_CTAS_PER_SM = env_float("STRIXLM_ATTN_SPLIT_CTAS", 2.0)
 # The tail rule, opt-in until measured as the engine runs it (sweep_tail_padded.py,
-# run_remeasure.sh tailpad / tailstep / tailpadab): one-query decode batches below the grid
-# (the run's last ~140 steps, in graphs padded to 1-32 rows) take TAIL_TILE-token tiles and
-# split until TAIL_CTAS_PER_SM programs an SM. H200 (sweep_decode_attn.py --tail, session
+# run_remeasure.sh tailpad / tailstep / tailpadab): one-query decode batches on the unified
+# kernel (the run's last ~140 steps, in graphs padded to 1-32 rows) take TAIL_TILE-token
+# tiles and split until TAIL_CTAS_PER_SM programs an SM. H200 (sweep_decode_attn.py --tail, session
 # 48), us a launch at unpadded batches, the DECODE_TILE rule (32-token tiles, a target of 2)
 # against 64-token tiles: b26 49.1 vs 46.8 (1 segment), b20 44.2 vs 40.8 (2), b12 28.7 vs
 # 27.7 (2), b6 17.4 vs 16.8 (4); the 64-token picks sit at 1.45-2.4 programs an SM, which a
