@@ -76,13 +76,13 @@ SPLIT_TARGET_CTAS_PER_SM = env_float("STRIXLM_ATTN_SPLIT_CTAS", 2.0)
 # The tail rule, opt-in until measured as the engine runs it (sweep_tail_padded.py,
 # run_remeasure.sh tailpad / tailstep / tailpadab): one-query decode batches on the unified
 # kernel (the run's last ~140 steps, in graphs padded to 1-32 rows) take TAIL_TILE-token
-# tiles and split until TAIL_CTAS_PER_SM programs an SM. H200 (sweep_decode_attn.py --tail, session
-# 48), us a launch at unpadded batches, the DECODE_TILE rule (32-token tiles, a target of 2)
-# against 64-token tiles: b26 49.1 vs 46.8 (1 segment), b20 44.2 vs 40.8 (2), b12 28.7 vs
-# 27.7 (2), b6 17.4 vs 16.8 (4); the 64-token picks sit at 1.45-2.4 programs an SM, which a
-# target of 1.5 gives. Padded graphs and batches 1-4 were not timed. STRIXLM_ATTN_TAIL_TILE
-# (read at import; 0, the default, keeps the DECODE_TILE / SPLIT_TARGET_CTAS_PER_SM rule;
-# 64 turns it on) and STRIXLM_ATTN_TAIL_CTAS.
+# tiles and split until TAIL_CTAS_PER_SM programs an SM. H200 (sweep_decode_attn.py --tail,
+# session 48), us a launch at unpadded batches, the DECODE_TILE rule (32-token tiles, a
+# target of 2) against 64-token tiles: b26 49.1 vs 46.8 (1 segment), b20 44.2 vs 40.8 (2),
+# b12 28.7 vs 27.7 (2), b6 17.4 vs 16.8 (4); the 64-token picks sit at 1.45-2.4 programs an
+# SM, which a target of 1.5 gives. Padded graphs and batches 1-4 were not timed.
+# STRIXLM_ATTN_TAIL_TILE (read at import; 0, the default, keeps the DECODE_TILE /
+# SPLIT_TARGET_CTAS_PER_SM rule; 64 turns it on) and STRIXLM_ATTN_TAIL_CTAS.
 TAIL_TILE = env_int("STRIXLM_ATTN_TAIL_TILE", 0)
 TAIL_CTAS_PER_SM = env_float("STRIXLM_ATTN_TAIL_CTAS", 1.5)
 if TAIL_TILE and (TAIL_TILE < 16 or TAIL_TILE & (TAIL_TILE - 1)):
