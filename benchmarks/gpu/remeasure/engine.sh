@@ -117,6 +117,14 @@ section_overlap() {  # two half-batches on two streams vs one batch (layer skele
   run overlap 150 python benchmarks/gpu/bench_overlap.py --json "$OUT/overlap.json"
 }
 
+# smpartition: decode attention on n SMs of a green context with the MLP-side GEMMs on the
+#   rest, alone and together, against both on all SMs one after the other
+#   (probe_sm_partition.py, ~1-2 min): whether an SM-partitioned ping-pong could hide the
+#   GEMMs under attention
+section_smpartition() {  # attention and GEMMs on disjoint SM partitions (green contexts)
+  run smpartition 150 python benchmarks/gpu/probe_sm_partition.py --json "$OUT/smpartition.json"
+}
+
 section_nanowarm() {  # the first run fills Triton's cache, the second is the figure
   run nano_tp_cold 130 $TP --model nemotron-3-nano-30b-a3b
   run nano_tp_warm 130 $TP --model nemotron-3-nano-30b-a3b --output-json "$OUT/nano_tp_warm.json"

@@ -1,0 +1,168 @@
+"""Can decode attention stream at the full rate on part of the GPU, with the GEMMs beside it
+on the rest? A probe for issue 3's one lever with a large upper bound.
+
+At 129-256 rows a decode layer spends ~35 us in latency-bound GEMMs and small kernels next
+to ~100-200 us of attention that reads its KV at the copy rate. Two half-batches whose
+GEMMs run under each other's attention would hide most of that, but sessions 4 and 18
+found no room for it: the attention grid fills every SM, and a grid of 2-3 programs an SM
+streams 14-30% slower (bench_pingpong.py). Green contexts partition the SMs themselves.
+The attention grid can then keep four programs an SM on n of them, and the GEMMs get the
+rest. This probe measures, per n (CUDA events, eager launches, PDL off):
+  attn      the persistent decode grid (the engine's config, sized for n SMs) alone on n SMs
+  gemms     28 layers of the MLP-side GEMMs (cuBLAS: qkv, o_proj, gate_up, down) at
+            `--gemm-rows` rows, alone on the other SMs
+  both      the two at once, each on its own partition
+If `attn` on ~100-116 SMs keeps >= 97% of its 132-SM rate and `both` is about max(attn,
+gemms), building the SM-partitioned ping-pong is worth a session; otherwise it is not.
+
+python benchmarks/gpu/probe_sm_partition.py [--json PATH] [--sms 132 120 108 96]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from check_attention import DTYPE, SCALE, make_batch  # noqa: E402
+from sweep_decode_attn import _spread  # noqa: E402
+
+from strixlm.kernels import paged_attention as pa  # noqa: E402
+from strixlm.kernels import paged_decode as pdk  # noqa: E402
+
+LAYERS = 28
+HIDDEN, QKV, Q, INTER = 1024, 4096, 2048, 3072
+
+
+def green_stream(num_sms: int) -> torch.cuda.Stream | None:
+    """A stream whose kernels run on num_sms SMs (a green context); None if unsupported."""
+    try:
+        from torch.cuda.green_contexts import GreenContext
+    except ImportError:
+        return None
+    try:
+        ctx = GreenContext.create(num_sms=num_sms)
+    except TypeError:  # older signature: (num_sms, device_id)
+        ctx = GreenContext.create(num_sms, torch.cuda.current_device())
+    except RuntimeError as e:
+        print(f"green context of {num_sms} SMs: {e}")
+        return None
+    green_stream.keep.append(ctx)  # the context must outlive its stream
+    return ctx.Stream()
+
+
+green_stream.keep = []
+
+
+def timed_ms(work, streams: list[torch.cuda.Stream], reps: int = 10) -> float:
+    """Median wall time (ms) of work() with all of it queued on `streams`, from an event on
+    the current stream before to one after, with every stream joined back."""
+    main = torch.cuda.current_stream()
+    times = []
+    for _ in range(reps + 2):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(main)
+        for s in streams:
+            s.wait_stream(main)
+        work()
+        for s in streams:
+            main.wait_stream(s)
+        end.record(main)
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times[2:])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--sms", type=int, nargs="+", default=[132, 124, 116, 108, 100, 92])
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--gemm-rows", type=int, default=128)
+    args = ap.parse_args()
+    total = torch.cuda.get_device_properties(0).multi_processor_count
+    ctxs = _spread(args.batch, 100, 2000)
+    q, _, _, cache, md = make_batch([(c - 1, 1) for c in ctxs], DTYPE)
+    order = torch.tensor(sorted(range(len(ctxs)), key=lambda i: -ctxs[i]), dtype=torch.int32)
+    order = order.cuda()
+    out = torch.empty_like(q)
+    kv_bytes = sum(ctxs) * 8 * 128 * 2 * cache.element_size() * LAYERS
+    weights = [
+        tuple(torch.randn(n, k, device="cuda", dtype=DTYPE) * 0.02 for n, k in shapes)
+        for shapes in [((QKV, HIDDEN), (HIDDEN, Q), (2 * INTER, HIDDEN), (HIDDEN, INTER))] * LAYERS
+    ]
+    x = torch.randn(args.gemm_rows, HIDDEN, device="cuda", dtype=DTYPE)
+    o_in = torch.randn(args.gemm_rows, Q, device="cuda", dtype=DTYPE)
+    d_in = torch.randn(args.gemm_rows, INTER, device="cuda", dtype=DTYPE)
+
+    def attn(sms: int) -> None:
+        # The engine's pick for this batch, with the persistent grid sized for `sms` SMs.
+        cfg = pa.select_config(16, 8, 128, len(ctxs), 1, max(ctxs), sms)
+        for _ in range(LAYERS):
+            pdk.paged_decode_persistent(
+                q, cache, md.query_start_loc, md.seq_lens, md.block_table, SCALE, out,
+                block_m=cfg.block_m, tile=cfg.tile, num_warps=cfg.num_warps,
+                num_stages=cfg.num_stages, k_rows=cfg.k_rows, sms=sms, seq_order=order,
+                num_segs=cfg.num_splits, ctas_per_sm=cfg.ctas_per_sm,
+            )  # fmt: skip
+
+    def gemms() -> None:
+        for wqkv, wo, wgu, wd in weights:
+            F.linear(x, wqkv)
+            F.linear(o_in, wo)
+            F.linear(x, wgu)
+            F.linear(d_in, wd)
+
+    rows = []
+    attn(total)  # compile outside the timings
+    gemms()
+    torch.cuda.synchronize()
+    plain = torch.cuda.Stream()
+    t_serial = timed_ms(lambda: (attn(total), gemms()), [])
+    print(f"baseline, one stream on all {total} SMs: attention then GEMMs {t_serial:.3f} ms")
+    rows.append({"serial_all_sms_ms": t_serial})
+    for n in args.sms:
+        if n > total:
+            continue
+        rest = total - n
+        s_attn = green_stream(n) if n < total else plain
+        s_gemm = green_stream(rest) if 0 < rest else None
+        if s_attn is None or (rest and s_gemm is None):
+            print(f"{n} SMs: no green context here; stopping")
+            break
+
+        def on(stream, fn, *a):
+            with torch.cuda.stream(stream):
+                fn(*a)
+
+        t_attn = timed_ms(lambda n=n, s=s_attn: on(s, attn, n), [s_attn])
+        row = {"attn_sms": n, "attn_ms": t_attn, "attn_tbs": kv_bytes / t_attn / 1e9}
+        line = f"attention on {n:3d} SMs: {t_attn:7.3f} ms ({row['attn_tbs']:.2f} TB/s)"
+        if s_gemm is not None:
+            t_gemm = timed_ms(lambda s=s_gemm: on(s, gemms), [s_gemm])
+
+            def both(n=n, sa=s_attn, sg=s_gemm):
+                on(sa, attn, n)
+                on(sg, gemms)
+
+            t_both = timed_ms(both, [s_attn, s_gemm])
+            row |= {"gemm_sms": rest, "gemm_ms": t_gemm, "both_ms": t_both}
+            line += (
+                f"; GEMMs on {rest:3d} SMs: {t_gemm:7.3f} ms; both: {t_both:7.3f} ms"
+                f" (max of the two {max(t_attn, t_gemm):.3f})"
+            )
+        print(line, flush=True)
+        rows.append(row)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
