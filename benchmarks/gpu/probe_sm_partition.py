@@ -5,17 +5,21 @@ At 129-256 rows a decode layer spends ~35 us in latency-bound GEMMs and small ke
 to ~100-200 us of attention that reads its KV at the copy rate. Two half-batches whose
 GEMMs run under each other's attention would hide most of that, but sessions 4 and 18
 found no room for it: the attention grid fills every SM, and a grid of 2-3 programs an SM
-streams 14-30% slower (bench_pingpong.py). Green contexts partition the SMs themselves.
-The attention grid can then keep four programs an SM on n of them, and the GEMMs get the
-rest. This probe measures, per n (CUDA events, eager launches, PDL off):
-  attn      the persistent decode grid (the engine's config, sized for n SMs) alone on n SMs
-  gemms     28 layers of the MLP-side GEMMs (cuBLAS: qkv, o_proj, gate_up, down) at
-            `--gemm-rows` rows, alone on the other SMs
-  both      the two at once, each on its own partition
-If `attn` on ~100-116 SMs keeps >= 97% of its 132-SM rate and `both` is about max(attn,
-gemms), building the SM-partitioned ping-pong is worth a session; otherwise it is not.
+streams 14-30% slower (bench_pingpong.py). A green context confines the attention grid to
+n SMs, each with the engine's four programs, and leaves the other SMs wholly free.
+(torch's GreenContext.create takes a count, not a set, so two contexts may share SMs:
+the GEMMs run on an ordinary stream, whose blocks can land only where room is left, which
+is mostly the SMs outside the attention's context.) Per n (CUDA events, eager launches):
+  attn      the persistent decode grid (the engine's config, sized for n SMs) on n SMs
+  both      that, with 28 layers of the MLP-side GEMMs (cuBLAS: qkv, o_proj, gate_up,
+            down at `--gemm-rows` rows) on an ordinary stream at the same time
+against the baseline: attention then the GEMMs, one stream, all SMs. If attention on
+~100-116 SMs keeps >= 97% of its all-SM rate and `both` is about max(attn, GEMMs alone),
+the SM-partitioned ping-pong (bench_pingpong_green.py) is worth a session; if not, not.
 
-python benchmarks/gpu/probe_sm_partition.py [--json PATH] [--sms 132 120 108 96]
+python benchmarks/gpu/probe_sm_partition.py [--json PATH] [--sms 132 116 100]
+
+Written without a GPU (session 49): untested.
 """
 
 from __future__ import annotations
@@ -83,7 +87,7 @@ def timed_ms(work, streams: list[torch.cuda.Stream], reps: int = 10) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
-    ap.add_argument("--sms", type=int, nargs="+", default=[132, 124, 116, 108, 100, 92])
+    ap.add_argument("--sms", type=int, nargs="+", default=[124, 116, 108, 100, 92])
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--gemm-rows", type=int, default=128)
     args = ap.parse_args()
@@ -125,40 +129,43 @@ def main() -> None:
     gemms()
     torch.cuda.synchronize()
     plain = torch.cuda.Stream()
+    t_attn_all = timed_ms(lambda: attn(total), [])
+    t_gemm = timed_ms(gemms, [])
     t_serial = timed_ms(lambda: (attn(total), gemms()), [])
-    print(f"baseline, one stream on all {total} SMs: attention then GEMMs {t_serial:.3f} ms")
-    rows.append({"serial_all_sms_ms": t_serial})
+    print(
+        f"all {total} SMs, one stream: attention {t_attn_all:.3f} ms"
+        f" ({kv_bytes / t_attn_all / 1e9:.2f} TB/s), GEMMs {t_gemm:.3f} ms, one after the"
+        f" other {t_serial:.3f} ms"
+    )
+    rows.append({"attn_all_ms": t_attn_all, "gemm_all_ms": t_gemm, "serial_ms": t_serial})
+
+    def on(stream, fn, *a):
+        with torch.cuda.stream(stream):
+            fn(*a)
+
     for n in args.sms:
-        if n > total:
+        if n >= total:
             continue
-        rest = total - n
-        s_attn = green_stream(n) if n < total else plain
-        s_gemm = green_stream(rest) if 0 < rest else None
-        if s_attn is None or (rest and s_gemm is None):
+        s_attn = green_stream(n)
+        if s_attn is None:
             print(f"{n} SMs: no green context here; stopping")
             break
-
-        def on(stream, fn, *a):
-            with torch.cuda.stream(stream):
-                fn(*a)
-
         t_attn = timed_ms(lambda n=n, s=s_attn: on(s, attn, n), [s_attn])
+
+        def both(n=n, sa=s_attn):
+            on(sa, attn, n)
+            on(plain, gemms)
+
+        t_both = timed_ms(both, [s_attn, plain])
         row = {"attn_sms": n, "attn_ms": t_attn, "attn_tbs": kv_bytes / t_attn / 1e9}
-        line = f"attention on {n:3d} SMs: {t_attn:7.3f} ms ({row['attn_tbs']:.2f} TB/s)"
-        if s_gemm is not None:
-            t_gemm = timed_ms(lambda s=s_gemm: on(s, gemms), [s_gemm])
-
-            def both(n=n, sa=s_attn, sg=s_gemm):
-                on(sa, attn, n)
-                on(sg, gemms)
-
-            t_both = timed_ms(both, [s_attn, s_gemm])
-            row |= {"gemm_sms": rest, "gemm_ms": t_gemm, "both_ms": t_both}
-            line += (
-                f"; GEMMs on {rest:3d} SMs: {t_gemm:7.3f} ms; both: {t_both:7.3f} ms"
-                f" (max of the two {max(t_attn, t_gemm):.3f})"
-            )
-        print(line, flush=True)
+        row["both_ms"] = t_both
+        print(
+            f"attention on {n:3d} SMs: {t_attn:7.3f} ms ({row['attn_tbs']:.2f} TB/s,"
+            f" x{t_attn_all / t_attn:.3f} of all SMs); with the GEMMs beside it {t_both:7.3f} ms"
+            f" (x{t_serial / t_both:.3f} of one after the other; max of the parts"
+            f" {max(t_attn, t_gemm):.3f})",
+            flush=True,
+        )
         rows.append(row)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

@@ -117,12 +117,15 @@ section_overlap() {  # two half-batches on two streams vs one batch (layer skele
   run overlap 150 python benchmarks/gpu/bench_overlap.py --json "$OUT/overlap.json"
 }
 
-# smpartition: decode attention on n SMs of a green context with the MLP-side GEMMs on the
-#   rest, alone and together, against both on all SMs one after the other
-#   (probe_sm_partition.py, ~1-2 min): whether an SM-partitioned ping-pong could hide the
-#   GEMMs under attention
-section_smpartition() {  # attention and GEMMs on disjoint SM partitions (green contexts)
+# smpartition: decode attention confined to n SMs by a green context, alone and with the
+#   MLP-side GEMMs beside it on an ordinary stream, against both on all SMs one after the
+#   other (probe_sm_partition.py, ~1 min); then bench_pingpong_green.py (~2 min): session
+#   18's half-batch ping-pong with the attention grid confined the same way, against the
+#   full batch. Whether an SM-partitioned ping-pong could hide the GEMMs under attention
+section_smpartition() {  # attention confined to part of the SMs (green contexts), GEMMs beside
   run smpartition 150 python benchmarks/gpu/probe_sm_partition.py --json "$OUT/smpartition.json"
+  STRIXLM_DISABLE_PDL=1 run pingpong_green 200 python benchmarks/gpu/bench_pingpong_green.py \
+    --json "$OUT/pingpong_green.json"
 }
 
 section_nanowarm() {  # the first run fills Triton's cache, the second is the figure
