@@ -121,9 +121,13 @@ def main() -> None:
             a2 = EngineHalf(ctxs[:half], weights, 1, n)
             b2 = EngineHalf(ctxs[half:], weights, 2, n)
             run = partitioned(a2, b2, s_attn, s_gemm)
-            run()
-            torch.cuda.synchronize()
-            t = timed_ms(run, [s_attn, s_gemm], args.reps)
+            try:
+                run()
+                torch.cuda.synchronize()
+                t = timed_ms(run, [s_attn, s_gemm], args.reps)
+            except Exception as e:  # a launch the green context's stream refused
+                print(f"    {n} SMs: {type(e).__name__}: {e}; stopping")
+                break
             row["partitioned_ms"][n] = t
             print(f"    attention confined to {n} SMs: {t:.3f} ms"
                   f" (x{t_full / t:.3f} vs the full batch)", flush=True)  # fmt: skip

@@ -46,20 +46,32 @@ HIDDEN, QKV, Q, INTER = 1024, 4096, 2048, 3072
 
 
 def green_stream(num_sms: int) -> torch.cuda.Stream | None:
-    """A stream whose kernels run on num_sms SMs (a green context); None if unsupported."""
+    """A stream whose kernels run on num_sms SMs (a green context); None if unsupported.
+
+    torch's API moved between releases: create(num_sms=...) or create(num_sms, device_id),
+    and a Stream() of the context's own or only set_context / pop_context, under which a
+    new stream belongs to the green context (launches of kernels loaded in the primary
+    context may then fail: the callers catch that)."""
     try:
         from torch.cuda.green_contexts import GreenContext
     except ImportError:
         return None
     try:
-        ctx = GreenContext.create(num_sms=num_sms)
-    except TypeError:  # older signature: (num_sms, device_id)
-        ctx = GreenContext.create(num_sms, torch.cuda.current_device())
+        try:
+            ctx = GreenContext.create(num_sms=num_sms)
+        except TypeError:  # older signature: (num_sms, device_id)
+            ctx = GreenContext.create(num_sms, torch.cuda.current_device())
     except RuntimeError as e:
         print(f"green context of {num_sms} SMs: {e}")
         return None
     green_stream.keep.append(ctx)  # the context must outlive its stream
-    return ctx.Stream()
+    if hasattr(ctx, "Stream"):
+        return ctx.Stream()
+    ctx.set_context()
+    try:
+        return torch.cuda.Stream()
+    finally:
+        ctx.pop_context()
 
 
 green_stream.keep = []
@@ -132,16 +144,23 @@ def main() -> None:
     t_attn_all = timed_ms(lambda: attn(total), [])
     t_gemm = timed_ms(gemms, [])
     t_serial = timed_ms(lambda: (attn(total), gemms()), [])
-    print(
-        f"all {total} SMs, one stream: attention {t_attn_all:.3f} ms"
-        f" ({kv_bytes / t_attn_all / 1e9:.2f} TB/s), GEMMs {t_gemm:.3f} ms, one after the"
-        f" other {t_serial:.3f} ms"
-    )
-    rows.append({"attn_all_ms": t_attn_all, "gemm_all_ms": t_gemm, "serial_ms": t_serial})
 
     def on(stream, fn, *a):
         with torch.cuda.stream(stream):
             fn(*a)
+
+    # Session 4's control: the two on free streams, attention's grid on every SM.
+    free = torch.cuda.Stream()
+    t_free = timed_ms(lambda: (on(free, attn, total), on(plain, gemms)), [free, plain])
+    print(
+        f"all {total} SMs, one stream: attention {t_attn_all:.3f} ms"
+        f" ({kv_bytes / t_attn_all / 1e9:.2f} TB/s), GEMMs {t_gemm:.3f} ms, one after the"
+        f" other {t_serial:.3f} ms; on two free streams {t_free:.3f} ms"
+    )
+    rows.append(
+        {"attn_all_ms": t_attn_all, "gemm_all_ms": t_gemm, "serial_ms": t_serial,
+         "free_streams_ms": t_free}
+    )  # fmt: skip
 
     for n in args.sms:
         if n >= total:
@@ -150,13 +169,17 @@ def main() -> None:
         if s_attn is None:
             print(f"{n} SMs: no green context here; stopping")
             break
-        t_attn = timed_ms(lambda n=n, s=s_attn: on(s, attn, n), [s_attn])
 
         def both(n=n, sa=s_attn):
             on(sa, attn, n)
             on(plain, gemms)
 
-        t_both = timed_ms(both, [s_attn, plain])
+        try:
+            t_attn = timed_ms(lambda n=n, s=s_attn: on(s, attn, n), [s_attn])
+            t_both = timed_ms(both, [s_attn, plain])
+        except Exception as e:  # a launch the green context's stream refused
+            print(f"{n} SMs: {type(e).__name__}: {e}; stopping")
+            break
         row = {"attn_sms": n, "attn_ms": t_attn, "attn_tbs": kv_bytes / t_attn / 1e9}
         row["both_ms"] = t_both
         print(
