@@ -485,13 +485,14 @@ section_tailpad() {  # the tail rule per launch (padded graphs), then checked
     --quick
 }
 
-# tailstep: decode steps at batches 5 / 13 / 21 / 29 / 37 (graphs of 8-40 rows, 1,400-token
-#   prompts) with the tail rule on / off, alternating, twice (~4 min)
+# tailstep: decode steps at batches 5 / 13 / 21 / 29 / 37 / 40 (graphs of 8-40 rows,
+#   1,400-token prompts; the largest batch sets max_num_seqs, so 40 makes the 40-row graph
+#   exist) with the tail rule on / off, alternating, twice (~4 min)
 section_tailstep() {  # the tail rule on / off per decode step
   local v
   for v in on1:64 off1:0 on2:64 off2:0; do
     STRIXLM_ATTN_TAIL_TILE=${v#*:} run "tailstep_${v%%:*}" 120 python \
-      benchmarks/gpu/profile_step.py --batch 5 13 21 29 37 --prompt-len 1400 --steps 50
+      benchmarks/gpu/profile_step.py --batch 5 13 21 29 37 40 --prompt-len 1400 --steps 50
   done
   grep "#####" "$OUT"/tailstep_*.log
 }
