@@ -17,7 +17,7 @@ against the baseline: attention then the GEMMs, one stream, all SMs. If attentio
 ~100-116 SMs keeps >= 97% of its all-SM rate and `both` is about max(attn, GEMMs alone),
 the SM-partitioned ping-pong (bench_pingpong_green.py) is worth a session; if not, not.
 
-python benchmarks/gpu/probe_sm_partition.py [--json PATH] [--sms 132 116 100]
+python benchmarks/gpu/probe_sm_partition.py [--json PATH] [--sms 116 100] [--gemm-rows 128]
 
 Written without a GPU (session 49): untested.
 """
