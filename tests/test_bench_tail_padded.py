@@ -12,6 +12,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks", "
 import sweep_tail_padded as tail  # noqa: E402
 from bench_decode_timeline import workload_shapes  # noqa: E402
 
+from strixlm.kernels import decode_tail  # noqa: E402
 from strixlm.kernels import paged_attention as pa  # noqa: E402
 from strixlm.worker.cuda_graphs import capture_sizes  # noqa: E402
 
@@ -34,10 +35,10 @@ def test_step_of_batch_has_that_many_requests() -> None:
 
 
 def test_picks_differ_only_where_the_rule_applies() -> None:
-    knob = pa.TAIL_TILE
+    knob = decode_tail.TAIL_TILE
     for padded in (1, 8, 16, 32):
         old, new = tail.pick(padded, 132, 0), tail.pick(padded, 132, 64)
         assert not old.persistent and not new.persistent
         assert (old.tile, new.tile) == (pa.DECODE_TILE, 64)
     assert tail.pick(40, 132, 0) == tail.pick(40, 132, 64)  # the persistent grid's split
-    assert pa.TAIL_TILE == knob  # pick() restores the module's knob
+    assert decode_tail.TAIL_TILE == knob  # pick() restores the module's knob

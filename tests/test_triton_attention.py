@@ -22,6 +22,7 @@ from aot_compile import assert_compiles  # noqa: E402
 
 triton = pytest.importorskip("triton", reason="triton is not installed")
 
+from strixlm.kernels import decode_tail  # noqa: E402
 from strixlm.kernels import kv_write as kvw  # noqa: E402
 from strixlm.kernels import paged_attention as pa  # noqa: E402
 from strixlm.layers.attention.metadata import AttentionMetadata  # noqa: E402
@@ -447,13 +448,13 @@ def test_split_heuristic():
 def test_tail_config(monkeypatch):
     # Off by default: one-query decodes under the persistent grid keep the DECODE_TILE rule.
     sel = pa.select_config
-    if pa.TAIL_TILE == 0:
+    if decode_tail.TAIL_TILE == 0:
         cfg = sel(16, 8, 128, 16, 1, 8192, 132)
         assert cfg.tile == pa.DECODE_TILE
         assert cfg.num_splits == pa.choose_num_splits(16, 8, 1, 8192, pa.DECODE_TILE, 132)
     # On (STRIXLM_ATTN_TAIL_TILE=64): TAIL_TILE tiles, split to TAIL_CTAS_PER_SM an SM.
-    monkeypatch.setattr(pa, "TAIL_TILE", 64)
-    monkeypatch.setattr(pa, "TAIL_CTAS_PER_SM", 1.5)
+    monkeypatch.setattr(decode_tail, "TAIL_TILE", 64)
+    monkeypatch.setattr(decode_tail, "TAIL_CTAS_PER_SM", 1.5)
     for b, segs in ((1, 32), (2, 16), (4, 8), (8, 4), (16, 2), (24, 2), (32, 1)):
         cfg = sel(16, 8, 128, b, 1, 40960, 132)  # a captured graph's padded upper bound
         assert not cfg.persistent and (cfg.tile, cfg.num_splits) == (64, segs), b
@@ -462,9 +463,9 @@ def test_tail_config(monkeypatch):
     spec = sel(16, 8, 128, 16, 4, 8192, 132)
     assert spec.tile == pa.DECODE_TILE
     assert spec.num_splits == pa.choose_num_splits(16, 8, 4, 8192, pa.DECODE_TILE, 132)
-    assert pa.tail_config(1, 128, fp8=True) is None
-    assert pa.tail_config(1, 256, fp8=False) is None
-    assert pa.tail_config(1, 128, fp8=False) == (64, 1.5)
+    assert decode_tail.tail_config(1, 128, fp8=True) is None
+    assert decode_tail.tail_config(1, 256, fp8=False) is None
+    assert decode_tail.tail_config(1, 128, fp8=False) == (64, 1.5)
 
 
 @pytest.mark.parametrize("num_splits", [1, 2, 4])

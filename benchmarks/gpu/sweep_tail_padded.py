@@ -9,7 +9,7 @@ batches 33-40 all run the 40-row graph's config; the extra rows are one-token se
 For each real batch size below, the contexts are the workload's at the first step with
 that many requests alive (bench_decode_timeline.workload_shapes). Per batch it times, in
 28-launch CUDA graphs (one per layer, as in a step): the default pick (32-token tiles, split
-to SPLIT_TARGET_CTAS_PER_SM), the tail rule's (paged_attention.tail_config, opt-in: TAIL_TILE
+to SPLIT_TARGET_CTAS_PER_SM), the tail rule's (decode_tail.tail_config, opt-in: TAIL_TILE
 64 unless STRIXLM_ATTN_TAIL_TILE sets another, TAIL_CTAS_PER_SM), and the unified kernel at
 32- and 64-token tiles over segment counts, each checked against the first config's output.
 It ends with the steps-weighted sum of each pick's time over the run.
@@ -33,6 +33,7 @@ from bench_decode_timeline import workload_shapes  # noqa: E402
 from check_attention import DTYPE, HKV, HQ, D, attn_call, make_batch, rel_err  # noqa: E402
 from graph_timing import graph_time_us  # noqa: E402
 
+from strixlm.kernels import decode_tail  # noqa: E402
 from strixlm.kernels import paged_attention as pa  # noqa: E402
 from strixlm.worker.cuda_graphs import capture_sizes  # noqa: E402
 
@@ -66,12 +67,12 @@ def steps_per_graph(first: int = 30, last: int = 1037) -> dict[int, int]:
 def pick(padded: int, sms: int, tail_tile: int) -> pa.AttnConfig:
     """select_config for a padded one-query graph with TAIL_TILE = tail_tile (0: the old
     pick, the DECODE_TILE rule)."""
-    saved = pa.TAIL_TILE
-    pa.TAIL_TILE = tail_tile
+    saved = decode_tail.TAIL_TILE
+    decode_tail.TAIL_TILE = tail_tile
     try:
         return pa.select_config(HQ, HKV, D, padded, 1, UPPER, sms)
     finally:
-        pa.TAIL_TILE = saved
+        decode_tail.TAIL_TILE = saved
 
 
 def time_batch(b: int, padded: int, ctxs: list[int]) -> dict:
@@ -81,7 +82,7 @@ def time_batch(b: int, padded: int, ctxs: list[int]) -> dict:
     order_t = torch.tensor(order, dtype=torch.int32, device=q.device)
     sms = pa.num_sms(q.device)
     kv_bytes = sum(ctxs) * HKV * D * 2 * cache.element_size()
-    new = pick(padded, sms, pa.TAIL_TILE or 64)  # the tail rule (opt-in), on
+    new = pick(padded, sms, decode_tail.TAIL_TILE or 64)  # the tail rule (opt-in), on
     picks = {"old": pick(padded, sms, 0), "new": new}
     unified = dataclasses.replace(picks["new"], persistent=False, ctas_per_sm=0)
     for tile in (32, 64):

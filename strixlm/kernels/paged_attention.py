@@ -34,6 +34,7 @@ import torch
 
 from strixlm.kernels import paged_decode_fp8 as fp8_mma
 from strixlm.kernels.attn_tiles import per_block_tiles
+from strixlm.kernels.decode_tail import tail_config
 from strixlm.kernels.dispatch import sm_count
 from strixlm.kernels.env_knobs import env_float, env_int, env_ints
 from strixlm.kernels.kv_write import FP8_DTYPE, HAS_TRITON
@@ -73,20 +74,6 @@ SPLIT_MAX_QUERY_LEN = 8  # decode and short speculative verification
 # the spread of same-code runs; 3 ran +0.15% in session 29. Until a longer A/B settles it,
 # the measured 2 stays. STRIXLM_ATTN_SPLIT_CTAS (read at import; a float) for A/B runs.
 SPLIT_TARGET_CTAS_PER_SM = env_float("STRIXLM_ATTN_SPLIT_CTAS", 2.0)
-# The tail rule, opt-in until measured as the engine runs it (sweep_tail_padded.py,
-# run_remeasure.sh tailpad / tailstep / tailpadab): one-query decode batches on the unified
-# kernel (the run's last ~140 steps, in graphs padded to 1-32 rows) take TAIL_TILE-token
-# tiles and split until TAIL_CTAS_PER_SM programs an SM. H200 (sweep_decode_attn.py --tail,
-# session 48), us a launch at unpadded batches, the DECODE_TILE rule (32-token tiles, a
-# target of 2) against 64-token tiles: b26 49.1 vs 46.8 (1 segment), b20 44.2 vs 40.8 (2),
-# b12 28.7 vs 27.7 (2), b6 17.4 vs 16.8 (4); the 64-token picks sit at 1.45-2.4 programs an
-# SM, which a target of 1.5 gives. Padded graphs and batches 1-4 were not timed.
-# STRIXLM_ATTN_TAIL_TILE (read at import; 0, the default, keeps the DECODE_TILE /
-# SPLIT_TARGET_CTAS_PER_SM rule; 64 turns it on) and STRIXLM_ATTN_TAIL_CTAS.
-TAIL_TILE = env_int("STRIXLM_ATTN_TAIL_TILE", 0)
-TAIL_CTAS_PER_SM = env_float("STRIXLM_ATTN_TAIL_CTAS", 1.5)
-if TAIL_TILE and (TAIL_TILE < 16 or TAIL_TILE & (TAIL_TILE - 1)):
-    raise ValueError(f"STRIXLM_ATTN_TAIL_TILE must be 0 or a power of two >= 16, got {TAIL_TILE}")
 SPLIT_MIN_TOKENS_PER_SEG = 128
 SPLIT_MAX_SEGS = 64
 # Benchmark knobs for A/B runs of the decode config. 64-token tiles with 2 warps and 3 stages
@@ -261,16 +248,6 @@ def select_config(
         persistent,
         ctas,  # only the persistent path sets it
     )
-
-
-def tail_config(max_query_len: int, dim_p: int, fp8: bool) -> tuple[int, float] | None:
-    """(tile, programs an SM to split to) for one-query decode batches the unified kernel
-    takes (TAIL_TILE, TAIL_CTAS_PER_SM); None where the general decode rule applies:
-    multi-query batches (speculative verification), fp8 caches (their decodes run the Gluon
-    kernel), head dims over 128, or either knob at 0 (TAIL_TILE is 0 by default)."""
-    if max_query_len != 1 or fp8 or dim_p > 128 or TAIL_TILE <= 0 or TAIL_CTAS_PER_SM <= 0:
-        return None
-    return TAIL_TILE, TAIL_CTAS_PER_SM
 
 
 if HAS_TRITON:

@@ -473,7 +473,7 @@ section_headmajor() {  # head-major blocks with the double-buffered kernels
   grep -E "heuristic|head-major|longest" "$OUT/headmajor.log"
 }
 
-# tailpad: the tail rule (opt-in: STRIXLM_ATTN_TAIL_TILE=64, paged_attention.tail_config:
+# tailpad: the tail rule (opt-in: STRIXLM_ATTN_TAIL_TILE=64, decode_tail.tail_config:
 #   64-token tiles split to 1.5 programs an SM for one-query batches the unified kernel
 #   takes) against the default pick, as the engine runs them: sweep_tail_padded.py at the
 #   workload's tail batches padded to their graph sizes (~2.5 min), then check_attention
