@@ -16,9 +16,11 @@ from strixlm.kernels import decode_tail  # noqa: E402
 from strixlm.kernels import paged_attention as pa  # noqa: E402
 from strixlm.worker.cuda_graphs import capture_sizes  # noqa: E402
 
+STEPS = tail.decode_steps(first=30)
+
 
 def test_steps_per_graph_cover_the_decode_steps() -> None:
-    counts = tail.steps_per_graph(first=30)
+    counts = tail.steps_per_graph(STEPS)
     sizes = set(capture_sizes(256))
     assert set(counts) <= sizes
     steps = workload_shapes(list(range(30, 1037)))
@@ -28,10 +30,10 @@ def test_steps_per_graph_cover_the_decode_steps() -> None:
 
 def test_step_of_batch_has_that_many_requests() -> None:
     for b in (40, 33, 16, 1):
-        step = tail.step_of_batch(b)
-        assert step is not None
+        step = tail.step_of_batch(b, STEPS)
+        assert step is not None and step >= 700
         assert len(workload_shapes([step])[0][1]) == b
-    assert tail.step_of_batch(6) is None  # the workload's batch goes from 7 to 5
+    assert tail.step_of_batch(6, STEPS) is None  # the workload's batch goes from 7 to 5
 
 
 def test_picks_differ_only_where_the_rule_applies() -> None:

@@ -43,21 +43,22 @@ UPPER = 40960  # the padded max_seq_len a captured graph plans with
 LAYERS = 28
 
 
-def step_of_batch(b: int, first: int = 700, last: int = 1037) -> int | None:
-    """The first step from `first` at which the workload has b requests decoding."""
+def decode_steps(first: int = 30, last: int = 1037) -> dict[int, list[int]]:
+    """The workload's decode contexts by step (built once; the helpers below read it)."""
     steps = list(range(first, last))
-    for step, (_, ctxs) in zip(steps, workload_shapes(steps), strict=True):
-        if len(ctxs) == b:
-            return step
-    return None
+    return {step: ctxs for step, (_, ctxs) in zip(steps, workload_shapes(steps), strict=True)}
 
 
-def steps_per_graph(first: int = 30, last: int = 1037) -> dict[int, int]:
+def step_of_batch(b: int, steps: dict[int, list[int]], first: int = 700) -> int | None:
+    """The first step from `first` at which the workload has b requests decoding."""
+    return next((s for s, ctxs in steps.items() if s >= first and len(ctxs) == b), None)
+
+
+def steps_per_graph(steps: dict[int, list[int]]) -> dict[int, int]:
     """How many of the workload's decode steps run each padded graph size."""
     sizes = capture_sizes(256)
     counts: dict[int, int] = {}
-    steps = list(range(first, last))
-    for _, ctxs in workload_shapes(steps):
+    for ctxs in steps.values():
         if ctxs:
             s = sizes[bisect.bisect_left(sizes, len(ctxs))]
             counts[s] = counts.get(s, 0) + 1
@@ -118,29 +119,30 @@ def main() -> None:
     args = ap.parse_args()
     deadline = time.monotonic() + args.budget_s
     sizes = capture_sizes(256)
-    weights = steps_per_graph()
+    steps = decode_steps()
+    weights = steps_per_graph(steps)
     print(f"decode steps per graph size: {dict(sorted(weights.items()))}")
     rows = []
     for b in args.batches:
         if time.monotonic() > deadline:
             print(f"b{b}: skipped (time budget spent)")
             continue
-        step = step_of_batch(b)
+        step = step_of_batch(b, steps)
         if step is None:
             print(f"b{b}: no step of the workload has this batch")
             continue
-        ctxs = workload_shapes([step])[0][1]
+        ctxs = steps[step]
         padded = sizes[bisect.bisect_left(sizes, b)]
         print(f"b{b}: step {step}, graph {padded}, mean context {sum(ctxs) / b:.0f}")
         rows.append(time_batch(b, padded, ctxs) | {"step": step})
     # Per graph size: the mean over its timed batches, weighted by the workload's steps there.
     summary: dict[str, float] = {}
-    for pick in ("old", "new"):
+    for name in ("old", "new"):
         total = 0.0
         for padded in sorted({r["padded"] for r in rows}):
-            mine = [r["configs"][pick]["us"] for r in rows if r["padded"] == padded]
+            mine = [r["configs"][name]["us"] for r in rows if r["padded"] == padded]
             total += weights.get(padded, 0) * LAYERS * sum(mine) / len(mine)
-        summary[pick] = total / 1e3
+        summary[name] = total / 1e3
     print(f"tail attention over the run (ms, steps-weighted): old {summary['old']:.1f},"
           f" new {summary['new']:.1f}")  # fmt: skip
     if args.json:
