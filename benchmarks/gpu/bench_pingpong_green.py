@@ -35,11 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 from bench_overlap import LAYERS, layer_weights  # noqa: E402
 from bench_pingpong import Half  # noqa: E402
-from check_attention import HKV, HQ, SCALE, D  # noqa: E402
-from probe_sm_partition import green_stream, timed_ms  # noqa: E402
+from probe_sm_partition import engine_attention, green_stream, timed_ms  # noqa: E402
 from sweep_decode_attn import _spread  # noqa: E402
 
-from strixlm.kernels import paged_attention as pa  # noqa: E402
 from strixlm.kernels import paged_decode as pdk  # noqa: E402
 
 
@@ -48,17 +46,10 @@ class EngineHalf(Half):
 
     def __init__(self, ctxs: list[int], weights, seed: int, sms: int) -> None:
         super().__init__(ctxs, weights, seed, pdk.PERSISTENT_CTAS_PER_SM)
-        self.cfg = pa.select_config(HQ, HKV, D, self.n, 1, max(ctxs), sms)
-        self.sms = sms
+        self.max_ctx, self.sms = max(ctxs), sms
 
     def attn(self, layer: int) -> None:
-        md, cfg = self.md, self.cfg
-        pdk.paged_decode_persistent(
-            self.q, self.cache, md.query_start_loc, md.seq_lens, md.block_table, SCALE, self.out,
-            block_m=cfg.block_m, tile=cfg.tile, num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages, k_rows=cfg.k_rows, sms=self.sms, seq_order=self.order,
-            num_segs=cfg.num_splits, ctas_per_sm=cfg.ctas_per_sm,
-        )  # fmt: skip
+        engine_attention(self.q, self.cache, self.md, self.out, self.order, self.max_ctx, self.sms)
 
 
 def partitioned(a: Half, b: Half, s_attn: torch.cuda.Stream, s_gemm: torch.cuda.Stream):

@@ -25,6 +25,7 @@ Written without a GPU (session 49): untested.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -43,6 +44,27 @@ from strixlm.kernels import paged_decode as pdk  # noqa: E402
 
 LAYERS = 28
 HIDDEN, QKV, Q, INTER = 1024, 4096, 2048, 3072
+
+
+_GREEN_CONTEXTS: list = []
+
+
+@functools.cache
+def _engine_config(hq: int, hkv: int, d: int, num_seqs: int, max_ctx: int, sms: int):
+    """select_config's one-query decode pick (host ints only: looked up once per shape)."""
+    return pa.select_config(hq, hkv, d, num_seqs, 1, max_ctx, sms)
+
+
+def engine_attention(q, cache, md, out, order, max_ctx: int, sms: int) -> None:
+    """One decode attention launch with the engine's config for this batch (persistent at
+    these sizes), its grid sized for `sms` SMs."""
+    cfg = _engine_config(q.shape[1], cache.shape[3], q.shape[2], order.numel(), max_ctx, sms)
+    pdk.paged_decode_persistent(
+        q, cache, md.query_start_loc, md.seq_lens, md.block_table, SCALE, out,
+        block_m=cfg.block_m, tile=cfg.tile, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        k_rows=cfg.k_rows, sms=sms, seq_order=order, num_segs=cfg.num_splits,
+        ctas_per_sm=cfg.ctas_per_sm,
+    )  # fmt: skip
 
 
 def green_stream(num_sms: int) -> torch.cuda.Stream | None:
@@ -64,7 +86,7 @@ def green_stream(num_sms: int) -> torch.cuda.Stream | None:
     except RuntimeError as e:
         print(f"green context of {num_sms} SMs: {e}")
         return None
-    green_stream.keep.append(ctx)  # the context must outlive its stream
+    _GREEN_CONTEXTS.append(ctx)  # the context must outlive its stream
     if hasattr(ctx, "Stream"):
         return ctx.Stream()
     ctx.set_context()
@@ -72,9 +94,6 @@ def green_stream(num_sms: int) -> torch.cuda.Stream | None:
         return torch.cuda.Stream()
     finally:
         ctx.pop_context()
-
-
-green_stream.keep = []
 
 
 def timed_ms(work, streams: list[torch.cuda.Stream], reps: int = 10) -> float:
@@ -119,15 +138,8 @@ def main() -> None:
     d_in = torch.randn(args.gemm_rows, INTER, device="cuda", dtype=DTYPE)
 
     def attn(sms: int) -> None:
-        # The engine's pick for this batch, with the persistent grid sized for `sms` SMs.
-        cfg = pa.select_config(16, 8, 128, len(ctxs), 1, max(ctxs), sms)
         for _ in range(LAYERS):
-            pdk.paged_decode_persistent(
-                q, cache, md.query_start_loc, md.seq_lens, md.block_table, SCALE, out,
-                block_m=cfg.block_m, tile=cfg.tile, num_warps=cfg.num_warps,
-                num_stages=cfg.num_stages, k_rows=cfg.k_rows, sms=sms, seq_order=order,
-                num_segs=cfg.num_splits, ctas_per_sm=cfg.ctas_per_sm,
-            )  # fmt: skip
+            engine_attention(q, cache, md, out, order, max(ctxs), sms)
 
     def gemms() -> None:
         for wqkv, wo, wgu, wd in weights:
