@@ -82,7 +82,7 @@ def partitioned(a: Half, b: Half, s_attn: torch.cuda.Stream, s_gemm: torch.cuda.
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
-    ap.add_argument("--sms", type=int, nargs="+", default=[116, 108, 100])
+    ap.add_argument("--sms", type=int, nargs="+", default=[120, 112, 96])
     ap.add_argument("--reps", type=int, default=8)
     args = ap.parse_args()
     total = torch.cuda.get_device_properties(0).multi_processor_count

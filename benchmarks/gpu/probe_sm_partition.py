@@ -17,9 +17,11 @@ against the baseline: attention then the GEMMs, one stream, all SMs. If attentio
 ~100-116 SMs keeps >= 97% of its all-SM rate and `both` is about max(attn, GEMMs alone),
 the SM-partitioned ping-pong (bench_pingpong_green.py) is worth a session; if not, not.
 
-python benchmarks/gpu/probe_sm_partition.py [--json PATH] [--sms 116 100] [--gemm-rows 128]
+python benchmarks/gpu/probe_sm_partition.py [--json PATH] [--sms 120 96] [--gemm-rows 128]
 
-Written without a GPU (session 49): untested.
+Hopper partitions SMs in groups of 8, so the counts are multiples of 8.
+
+Written without a GPU (sessions 49-50): untested.
 """
 
 from __future__ import annotations
@@ -41,12 +43,10 @@ from sweep_decode_attn import _spread  # noqa: E402
 
 from strixlm.kernels import paged_attention as pa  # noqa: E402
 from strixlm.kernels import paged_decode as pdk  # noqa: E402
+from strixlm.models import pingpong  # noqa: E402
 
 LAYERS = 28
 HIDDEN, QKV, Q, INTER = 1024, 4096, 2048, 3072
-
-
-_GREEN_CONTEXTS: list = []
 
 
 @functools.cache
@@ -68,32 +68,27 @@ def engine_attention(q, cache, md, out, order, max_ctx: int, sms: int) -> None:
 
 
 def green_stream(num_sms: int) -> torch.cuda.Stream | None:
-    """A stream whose kernels run on num_sms SMs (a green context); None if unsupported.
+    """The engine's green-context stream (models/pingpong.py), or None, with the reason
+    printed, where one cannot be made."""
+    try:
+        return pingpong.green_stream(num_sms, torch.device("cuda"))
+    except (RuntimeError, TypeError) as e:
+        print(f"green context of {num_sms} SMs: {type(e).__name__}: {e}")
+        return None
 
-    torch's API moved between releases: create(num_sms=...) or create(num_sms, device_id),
-    and a Stream() of the context's own or only set_context / pop_context, under which a
-    new stream belongs to the green context (launches of kernels loaded in the primary
-    context may then fail: the callers catch that)."""
-    try:
-        from torch.cuda.green_contexts import GreenContext
-    except ImportError:
-        return None
-    try:
-        try:
-            ctx = GreenContext.create(num_sms=num_sms)
-        except TypeError:  # older signature: (num_sms, device_id)
-            ctx = GreenContext.create(num_sms, torch.cuda.current_device())
-    except RuntimeError as e:
-        print(f"green context of {num_sms} SMs: {e}")
-        return None
-    _GREEN_CONTEXTS.append(ctx)  # the context must outlive its stream
-    if hasattr(ctx, "Stream"):
-        return ctx.Stream()
-    ctx.set_context()
-    try:
-        return torch.cuda.Stream()
-    finally:
-        ctx.pop_context()
+
+def captured(work, streams: list[torch.cuda.Stream]) -> torch.cuda.CUDAGraph:
+    """work() captured in one CUDA graph, forked to and joined from `streams` (the engine
+    captures its ping-pong this way: does a green stream's work survive capture?)."""
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        cur = torch.cuda.current_stream()
+        for s in streams:
+            s.wait_stream(cur)
+        work()
+        for s in streams:
+            cur.wait_stream(s)
+    return g
 
 
 def timed_ms(work, streams: list[torch.cuda.Stream], reps: int = 10) -> float:
@@ -118,7 +113,7 @@ def timed_ms(work, streams: list[torch.cuda.Stream], reps: int = 10) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
-    ap.add_argument("--sms", type=int, nargs="+", default=[124, 116, 108, 100, 92])
+    ap.add_argument("--sms", type=int, nargs="+", default=[120, 112, 104, 96, 88])
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--gemm-rows", type=int, default=128)
     args = ap.parse_args()
@@ -194,6 +189,13 @@ def main() -> None:
             break
         row = {"attn_sms": n, "attn_ms": t_attn, "attn_tbs": kv_bytes / t_attn / 1e9}
         row["both_ms"] = t_both
+        try:  # the same work as one CUDA graph, as the engine would replay it
+            g = captured(both, [s_attn, plain])
+            row["both_graph_ms"] = timed_ms(g.replay, [])
+            print(f"    captured in a CUDA graph: {row['both_graph_ms']:.3f} ms")
+        except Exception as e:
+            row["graph_error"] = f"{type(e).__name__}: {e}"
+            print(f"    graph capture failed: {row['graph_error']}")
         print(
             f"attention on {n:3d} SMs: {t_attn:7.3f} ms ({row['attn_tbs']:.2f} TB/s,"
             f" x{t_attn_all / t_attn:.3f} of all SMs); with the GEMMs beside it {t_both:7.3f} ms"

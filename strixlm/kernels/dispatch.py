@@ -4,9 +4,11 @@ CUDA too, for A/B checks)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
+from collections.abc import Iterator
 
 import torch
 
@@ -29,6 +31,27 @@ def _cuda_sm_count(index: int) -> int:
 def sm_count(device: torch.device) -> int:
     """The SM count of a CUDA device (an index-less device means the current one)."""
     return _cuda_sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+# SMs the attention kernels size their grids and splits for, when a green context confines
+# them to part of the GPU (models/pingpong.py); None: the whole device.
+_ATTENTION_SMS: int | None = None
+
+
+@contextlib.contextmanager
+def attention_sm_budget(sms: int) -> Iterator[None]:
+    """Attention launches inside pick their configs and grids for `sms` SMs."""
+    global _ATTENTION_SMS
+    saved, _ATTENTION_SMS = _ATTENTION_SMS, sms
+    try:
+        yield
+    finally:
+        _ATTENTION_SMS = saved
+
+
+def attention_sms() -> int | None:
+    """The SM budget set by attention_sm_budget, or None (the whole device)."""
+    return _ATTENTION_SMS
 
 
 @functools.cache

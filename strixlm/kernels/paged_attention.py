@@ -35,7 +35,7 @@ import torch
 from strixlm.kernels import paged_decode_fp8 as fp8_mma
 from strixlm.kernels.attn_tiles import per_block_tiles
 from strixlm.kernels.decode_tail import tail_config
-from strixlm.kernels.dispatch import sm_count
+from strixlm.kernels.dispatch import attention_sms, sm_count
 from strixlm.kernels.env_knobs import env_float, env_int, env_ints
 from strixlm.kernels.kv_write import FP8_DTYPE, HAS_TRITON
 from strixlm.kernels.pdl import EARLY_LOADS, pdl_enabled
@@ -140,9 +140,12 @@ def _pow2(n: int) -> int:
 
 
 def num_sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 132  # H200; only used by the heuristic under the interpreter
-    return sm_count(device)
+    """SMs the grid is sized for: attention_sm_budget's, else the device's (an H200's 132
+    off CUDA, where only the heuristic under the interpreter reads it)."""
+    budget = attention_sms()
+    if budget is not None:
+        return budget
+    return sm_count(device) if device.type == "cuda" else 132
 
 
 def choose_num_splits(

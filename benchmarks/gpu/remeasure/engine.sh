@@ -128,6 +128,35 @@ section_smpartition() {  # attention confined to part of the SMs (green contexts
     --json "$OUT/pingpong_green.json"
 }
 
+# pingpong: the two-half-batch decode forward (models/pingpong.py, opt-in): attention on a
+#   green context of 112 / 96 / 120 SMs, the other half's GEMMs beside it, against the default,
+#   per decode step at 136-256 rows (profile_step, 1,000-token prompts, ~1 min a run); then
+#   greedy tokens vs HF with the split at every batch of 2+ rows on 112 SMs (check_e2e,
+#   ~3 min). Run smpartition first: if Triton launches fail on a green stream, this fails too
+section_pingpong() {  # the SM-partitioned ping-pong per decode step, then its tokens vs HF
+  local v
+  for v in off:0 s112:112 s96:96 s120:120; do
+    STRIXLM_PINGPONG_SMS=${v#*:} run "pingstep_${v%%:*}" 150 python \
+      benchmarks/gpu/profile_step.py --batch 136 160 192 256 --prompt-len 1000 --steps 30
+  done
+  grep "#####" "$OUT"/pingstep_*.log
+  STRIXLM_PINGPONG_SMS=112 STRIXLM_PINGPONG_MIN_ROWS=2 run e2e_pingpong 240 python \
+    benchmarks/gpu/check_e2e.py
+}
+
+# pingpongab: the standard workload with the ping-pong on (STRIXLM_PINGPONG_SMS=$PINGPONG_SMS,
+#   default 112) / off, after a warm-up, alternating, three pairs (~4 min)
+section_pingpongab() {  # the workload: the SM-partitioned ping-pong on / off, three pairs
+  run tp_warm 100 $TP --model qwen3-0.6b
+  local i
+  for i in 1 2 3; do
+    STRIXLM_PINGPONG_SMS=${PINGPONG_SMS:-112} run "tp_ping_on$i" 100 $TP --model qwen3-0.6b \
+      --output-json "$OUT/tp_ping_on$i.json"
+    run "tp_ping_off$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_ping_off$i.json"
+  done
+  grep "strixlm  " "$OUT"/tp_ping_*.log
+}
+
 section_nanowarm() {  # the first run fills Triton's cache, the second is the figure
   run nano_tp_cold 130 $TP --model nemotron-3-nano-30b-a3b
   run nano_tp_warm 130 $TP --model nemotron-3-nano-30b-a3b --output-json "$OUT/nano_tp_warm.json"

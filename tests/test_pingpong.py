@@ -1,0 +1,174 @@
+"""The two-half-batch decode forward (models/pingpong.py) on CPU.
+
+Off CUDA the two lanes are one, so these tests check what the GPU run rests on: each half's
+metadata is its rows' own decode batch, the layers' pre / attend / post split computes what
+their forward does, and a whole engine (CUDA-graph path without capturing, and eager steps)
+gives the same greedy tokens with the split on as off. The attention runs the Triton kernels
+under the interpreter on the halves' metadata views. The overlap itself, and its speed, are
+GPU measurements (benchmarks/gpu/remeasure/engine.sh: pingpong).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from strixlm.engine.request import SamplingParams
+from strixlm.entrypoints.llm import LLM
+from strixlm.kernels import dispatch
+from strixlm.kernels import paged_attention as pa
+from strixlm.layers.attention.metadata import AttentionMetadata
+from strixlm.models import pingpong
+
+
+def decode_metadata(seq_lens: list[int], real: int, order: bool = True) -> AttentionMetadata:
+    """A pure decode step of len(seq_lens) rows, the first `real` of them requests (the
+    rest graph padding: one-token rows), as DefaultModelState builds it."""
+    b = len(seq_lens)
+    lens = torch.tensor(seq_lens, dtype=torch.int32)
+    return AttentionMetadata(
+        num_tokens=b,
+        query_start_loc=torch.arange(b + 1, dtype=torch.int32),
+        seq_lens=lens,
+        block_table=torch.arange(b * 4, dtype=torch.int32).view(b, 4),
+        slot_mapping=torch.arange(100, 100 + b),
+        query_start_loc_cpu=list(range(real + 1)),
+        query_lens_cpu=[1] * real,
+        seq_lens_cpu=seq_lens[:real],
+        max_query_len=1,
+        max_seq_len=64,
+        seq_order=torch.argsort(lens, descending=True, stable=True).to(torch.int32)
+        if order
+        else None,
+    )
+
+
+def test_half_metadata_is_each_halfs_own_decode_batch():
+    md = decode_metadata([5, 9, 7, 30, 2, 1, 1], real=5)  # two padding rows
+    a, b = pingpong.half_metadata(md, 0, 3), pingpong.half_metadata(md, 3, 7)
+    for half, lo, hi in ((a, 0, 3), (b, 3, 7)):
+        n = hi - lo
+        assert half.num_tokens == n and half.is_pure_decode
+        assert half.query_start_loc.tolist() == list(range(n + 1))
+        assert torch.equal(half.seq_lens, md.seq_lens[lo:hi])
+        assert torch.equal(half.block_table, md.block_table[lo:hi])
+        assert torch.equal(half.slot_mapping, md.slot_mapping[lo:hi])
+        assert half.query_start_loc_cpu == list(range(n + 1)) and half.query_lens_cpu == [1] * n
+        assert half.max_seq_len == md.max_seq_len  # the graph's upper bound, kept
+        # Longest first within the half, as local row indices.
+        assert sorted(half.seq_order.tolist()) == list(range(n))
+        lens = half.seq_lens[half.seq_order.long()].tolist()
+        assert lens == sorted(lens, reverse=True)
+    assert a.seq_lens_cpu == [5, 9, 7] and b.seq_lens_cpu == [30, 2, 1, 1]  # padding: 1
+    # Views of the step's buffers, so a graph replay's refreshed metadata reaches them.
+    assert b.seq_lens.data_ptr() == md.seq_lens[3:].data_ptr()
+    assert b.block_table.data_ptr() == md.block_table[3:].data_ptr()
+    assert pingpong.half_metadata(decode_metadata([3, 4], 2, order=False), 1, 2).seq_order is None
+
+
+def test_applies_to_pure_decode_steps_of_min_rows(monkeypatch):
+    md = decode_metadata([5] * 8, real=8)
+    monkeypatch.setattr(pingpong, "MIN_ROWS", 8)
+    monkeypatch.setattr(pingpong, "SMS", 0)
+    assert not pingpong.applies(md, 8)  # off by default
+    monkeypatch.setattr(pingpong, "SMS", 96)
+    assert pingpong.applies(md, 8)
+    assert not pingpong.applies(decode_metadata([5] * 7, real=7), 7)  # below MIN_ROWS
+    mixed = decode_metadata([5] * 8, real=8)
+    mixed.max_query_len = 3
+    assert not pingpong.applies(mixed, 10)  # a prefill in the step
+
+
+def test_attention_sm_budget_sizes_the_configs():
+    assert pa.num_sms(torch.device("cpu")) == 132
+    with dispatch.attention_sm_budget(96):
+        assert pa.num_sms(torch.device("cpu")) == 96
+        with dispatch.attention_sm_budget(8):
+            assert pa.num_sms(torch.device("cpu")) == 8
+        assert pa.num_sms(torch.device("cpu")) == 96
+    assert dispatch.attention_sms() is None
+    # Fewer SMs: a small batch's unified grid splits less (fewer programs fill them).
+    full = pa.select_config(16, 8, 128, 4, 1, 4096, 132)
+    part = pa.select_config(16, 8, 128, 4, 1, 4096, 16)
+    assert part.num_splits < full.num_splits
+
+
+def test_decoder_layer_pre_attend_post_is_its_forward(tiny_qwen3_dir):
+    llm = LLM(tiny_qwen3_dir, device="cpu", dtype="float32", skip_tokenizer_init=True)
+    model = llm.engine.core.runner.model
+    layer = model.layers[0]
+    t, block = 5, 16
+    md = AttentionMetadata(
+        num_tokens=t,
+        query_start_loc=torch.tensor([0, t], dtype=torch.int32),
+        seq_lens=torch.tensor([t], dtype=torch.int32),
+        block_table=torch.tensor([[1]], dtype=torch.int32),
+        slot_mapping=torch.arange(block, block + t),
+        query_start_loc_cpu=[0, t],
+        query_lens_cpu=[t],
+        seq_lens_cpu=[t],
+        max_query_len=t,
+        max_seq_len=t,
+    )
+    x, pos = torch.randn(t, model.config.hidden_size), torch.arange(t)
+    attn = layer.self_attn
+    saved = attn.kv_cache
+    try:
+        outs = []
+        for split in (False, True):
+            attn.kv_cache = torch.zeros(2, 2, block, attn.num_kv_heads, attn.head_dim)
+            with torch.no_grad():
+                if split:
+                    p, res = layer.pre(pos, x.clone(), None, md)
+                    y, res = layer.post(attn.attend(p, md), res)
+                else:
+                    y, res = layer(pos, x.clone(), None, md)
+            outs.append((y, res))
+        torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=0)
+    finally:
+        attn.kv_cache = saved
+
+
+PROMPTS = [[11 + i, 40 + 3 * i, 7, 90 + i][: 2 + i % 3] for i in range(6)]
+
+
+def greedy(llm: LLM, max_tokens: int = 6) -> list[list[int]]:
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    outs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], params, use_tqdm=False)
+    return [o.outputs[0].token_ids for o in outs]
+
+
+@pytest.mark.parametrize("backend,graphs", [("triton", True), ("triton", False), ("torch", False)])
+def test_engine_tokens_match_with_the_split(tiny_qwen3_dir, monkeypatch, backend, graphs):
+    """Six requests of 2-4 prompt tokens: decode steps of 6 rows (the 8-row graph with
+    graphs, its padding rows in the second half). The split must be taken, and the tokens
+    must be the unsplit engine's."""
+
+    def make() -> LLM:
+        llm = LLM(
+            tiny_qwen3_dir,
+            device="cpu",
+            dtype="float32",
+            skip_tokenizer_init=True,
+            max_model_len=128,
+            attention_backend=backend,
+            max_num_seqs=8,
+        )
+        if graphs:
+            llm.engine.core.runner.capture_cuda_graphs(capture=False)
+        return llm
+
+    want = greedy(make())
+    calls = []
+    real_forward = pingpong.forward
+
+    def counted(*args):
+        calls.append(args[3].seq_lens.shape[0])
+        return real_forward(*args)
+
+    monkeypatch.setattr(pingpong, "SMS", 8)
+    monkeypatch.setattr(pingpong, "MIN_ROWS", 4)
+    monkeypatch.setattr(pingpong, "forward", counted)
+    got = greedy(make())
+    assert got == want
+    assert calls and set(calls) <= ({8} if graphs else {6, 5, 4})
