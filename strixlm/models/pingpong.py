@@ -52,10 +52,11 @@ _GREEN: dict[tuple[int, int], tuple[object, torch.cuda.Stream]] = {}
 def green_stream(num_sms: int, device: torch.device) -> torch.cuda.Stream:
     """A stream whose kernels run on num_sms SMs of `device` (a CUDA green context).
 
-    torch's API moved between releases: create(num_sms=...) or create(num_sms, device_id),
-    and a Stream() of the context's own or only set_context / pop_context, under which a new
-    stream belongs to the context. Raises RuntimeError where green contexts are missing.
-    Hopper partitions SMs in groups of 8: ask for a multiple of 8."""
+    torch's API moved between releases: create(num_sms=...) or create(num_sms, device_id);
+    the context's own streams (Stream(): cuGreenCtxStreamCreate, non-blocking, capturable)
+    came later than set_context, whose stream is the context's default one, which graphs
+    cannot capture. Raises RuntimeError where torch has no green-context streams. Hopper
+    partitions SMs in groups of 8: ask for a multiple of 8."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     key = (index, num_sms)
     if key not in _GREEN:
@@ -67,14 +68,9 @@ def green_stream(num_sms: int, device: torch.device) -> torch.cuda.Stream:
             ctx = GreenContext.create(num_sms=num_sms, device_id=index)
         except TypeError:  # older signature: (num_sms, device_id)
             ctx = GreenContext.create(num_sms, index)
-        if hasattr(ctx, "Stream"):
-            stream = ctx.Stream()
-        else:
-            ctx.set_context()
-            try:
-                stream = torch.cuda.Stream(index)
-            finally:
-                ctx.pop_context()
+        if not hasattr(ctx, "Stream"):
+            raise RuntimeError(f"torch {torch.__version__}'s GreenContext has no Stream()")
+        stream = ctx.Stream()
         _GREEN[key] = (ctx, stream)
     return _GREEN[key][1]
 

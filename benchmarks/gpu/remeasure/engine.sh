@@ -130,18 +130,25 @@ section_smpartition() {  # attention confined to part of the SMs (green contexts
 
 # pingpong: the two-half-batch decode forward (models/pingpong.py, opt-in): attention on a
 #   green context of 112 / 96 / 120 SMs, the other half's GEMMs beside it, against the default,
-#   per decode step at 136-256 rows (profile_step, 1,000-token prompts, ~1 min a run); then
-#   greedy tokens vs HF with the split at every batch of 2+ rows on 112 SMs (check_e2e,
-#   ~3 min). Run smpartition first: if Triton launches fail on a green stream, this fails too
-section_pingpong() {  # the SM-partitioned ping-pong per decode step, then its tokens vs HF
+#   per decode step at 136-256 rows (profile_step, 1,000-token prompts; ~1 min a run, ~5 min).
+#   Run smpartition first: if Triton launches fail on a green stream, this fails too
+section_pingpong() {  # the SM-partitioned ping-pong per decode step, three SM counts and off
   local v
   for v in off:0 s112:112 s96:96 s120:120; do
     STRIXLM_PINGPONG_SMS=${v#*:} run "pingstep_${v%%:*}" 150 python \
       benchmarks/gpu/profile_step.py --batch 136 160 192 256 --prompt-len 1000 --steps 30
   done
   grep "#####" "$OUT"/pingstep_*.log
-  STRIXLM_PINGPONG_SMS=112 STRIXLM_PINGPONG_MIN_ROWS=2 run e2e_pingpong 240 python \
-    benchmarks/gpu/check_e2e.py
+}
+
+# pingcheck: the ping-pong's greedy tokens vs HF with the split at every batch of 2+ rows on
+#   $PINGPONG_SMS SMs (default 112; check_e2e, ~3 min), and its host syncs per decode step
+#   at 256 requests (check_syncs, ~1 min)
+section_pingcheck() {  # the SM-partitioned ping-pong: tokens vs HF, host syncs
+  STRIXLM_PINGPONG_SMS=${PINGPONG_SMS:-112} STRIXLM_PINGPONG_MIN_ROWS=2 run e2e_pingpong 240 \
+    python benchmarks/gpu/check_e2e.py
+  STRIXLM_PINGPONG_SMS=${PINGPONG_SMS:-112} run syncs_pingpong 120 python \
+    benchmarks/gpu/check_syncs.py --num-requests 256
 }
 
 # pingpongab: the standard workload with the ping-pong on (STRIXLM_PINGPONG_SMS=$PINGPONG_SMS,
