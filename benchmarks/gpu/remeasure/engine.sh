@@ -130,13 +130,14 @@ section_smpartition() {  # attention confined to part of the SMs (green contexts
 
 # pingpong: the two-half-batch decode forward (models/pingpong.py, opt-in): attention on a
 #   green context of 112 / 96 / 120 SMs, the other half's GEMMs beside it, against the default,
-#   per decode step at 136-256 rows (profile_step, 1,000-token prompts; ~1 min a run, ~5 min).
-#   Run smpartition first: if Triton launches fail on a green stream, this fails too
+#   per decode step at 96-256 rows (profile_step, 1,000-token prompts; the split from 65 rows
+#   here, so b96 shows where it stops paying; ~1 min a run, ~5 min). Run smpartition first:
+#   if Triton launches fail on a green stream, this fails too
 section_pingpong() {  # the SM-partitioned ping-pong per decode step, three SM counts and off
   local v
   for v in off:0 s112:112 s96:96 s120:120; do
-    STRIXLM_PINGPONG_SMS=${v#*:} run "pingstep_${v%%:*}" 150 python \
-      benchmarks/gpu/profile_step.py --batch 136 160 192 256 --prompt-len 1000 --steps 30
+    STRIXLM_PINGPONG_SMS=${v#*:} STRIXLM_PINGPONG_MIN_ROWS=65 run "pingstep_${v%%:*}" 150 \
+      python benchmarks/gpu/profile_step.py --batch 96 136 192 256 --prompt-len 1000 --steps 30
   done
   grep "#####" "$OUT"/pingstep_*.log
 }
