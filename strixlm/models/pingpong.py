@@ -34,16 +34,18 @@ the work are the same, which is what the CPU tests check.
 from __future__ import annotations
 
 import contextlib
-import os
 from dataclasses import dataclass, replace
 
 import torch
 
 from strixlm.kernels.dispatch import attention_sm_budget
+from strixlm.kernels.env_knobs import env_int
 from strixlm.layers.attention.metadata import AttentionMetadata
 
-SMS = int(os.environ.get("STRIXLM_PINGPONG_SMS", "0") or 0)
-MIN_ROWS = int(os.environ.get("STRIXLM_PINGPONG_MIN_ROWS", "129") or 129)
+SMS = env_int("STRIXLM_PINGPONG_SMS", 0)
+MIN_ROWS = env_int("STRIXLM_PINGPONG_MIN_ROWS", 129)
+if SMS < 0 or MIN_ROWS < 2:
+    raise ValueError("STRIXLM_PINGPONG_SMS must be >= 0 and STRIXLM_PINGPONG_MIN_ROWS >= 2")
 
 # Green contexts must outlive their streams: kept for the process, one per (device, SMs).
 _GREEN: dict[tuple[int, int], tuple[object, torch.cuda.Stream]] = {}
