@@ -142,10 +142,12 @@ section_pingpong() {  # the SM-partitioned ping-pong per decode step, three SM c
   grep "#####" "$OUT"/pingstep_*.log
 }
 
-# pingcheck: the ping-pong's greedy tokens vs HF with the split at every batch of 2+ rows on
-#   $PINGPONG_SMS SMs (default 112; check_e2e, ~3 min), and its host syncs per decode step
-#   at 256 requests (check_syncs, ~1 min)
-section_pingcheck() {  # the SM-partitioned ping-pong: tokens vs HF, host syncs
+# pingcheck: the ping-pong at the real shape (check_pingpong: b256, eager twice and in a
+#   CUDA graph, bit-equal to each other and close to the plain forward; ~1 min), its greedy
+#   tokens vs HF with the split at every batch of 2+ rows on $PINGPONG_SMS SMs (default 112;
+#   check_e2e, ~3 min), and its host syncs per decode step at 256 requests (check_syncs)
+section_pingcheck() {  # the SM-partitioned ping-pong: real-shape check, tokens vs HF, syncs
+  run check_pingpong 150 python benchmarks/gpu/check_pingpong.py --sms "${PINGPONG_SMS:-112}"
   STRIXLM_PINGPONG_SMS=${PINGPONG_SMS:-112} STRIXLM_PINGPONG_MIN_ROWS=2 run e2e_pingpong 240 \
     python benchmarks/gpu/check_e2e.py
   STRIXLM_PINGPONG_SMS=${PINGPONG_SMS:-112} run syncs_pingpong 120 python \
