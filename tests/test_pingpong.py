@@ -87,6 +87,15 @@ def test_attention_sm_budget_sizes_the_configs():
             assert pa.num_sms(torch.device("cpu")) == 8
         assert pa.num_sms(torch.device("cpu")) == 96
     assert dispatch.attention_sms() is None
+    # The persistent grid: the budget's SMs, and its programs an SM where it sets them.
+    from strixlm.kernels import paged_decode as pdk
+
+    default = pdk.full_grid(8, 96)
+    with dispatch.attention_sm_budget(96, ctas_per_sm=5):
+        assert pdk.full_grid(8, 96) == 96 * 5 // 8
+        assert pdk.full_grid(8, 96, ctas_per_sm=3) == 96 * 3 // 8  # an explicit pick stays
+    assert pdk.full_grid(8, 96) == default == 96 * pdk.PERSISTENT_CTAS_PER_SM // 8
+    assert dispatch.attention_ctas() == 0
     # Fewer SMs: a small batch's unified grid splits less (fewer programs fill them).
     full = pa.select_config(16, 8, 128, 4, 1, 4096, 132)
     part = pa.select_config(16, 8, 128, 4, 1, 4096, 16)

@@ -13,7 +13,8 @@ and a smaller grid stops it streaming. Here the attention lane is a stream of a 
 context of STRIXLM_PINGPONG_SMS SMs (0, the default: off), and attention sizes its grid for
 that many (kernels.dispatch.attention_sm_budget); the GEMM lane is the caller's stream, whose
 kernels find the other SMs free. STRIXLM_PINGPONG_MIN_ROWS (default 129) is the smallest
-pure-decode step it takes. Both are read at import.
+pure-decode step it takes; STRIXLM_PINGPONG_CTAS (default 0: the persistent grid's own four)
+sets attention's programs an SM there. All are read at import.
 
 Each half is a decode batch of its own: rows [0, h) and [h, B), with views of the step's
 metadata (a pure decode step's query_start_loc is 0..B, so each half's is its first rows)
@@ -44,8 +45,12 @@ from strixlm.layers.attention.metadata import AttentionMetadata
 
 SMS = env_int("STRIXLM_PINGPONG_SMS", 0)
 MIN_ROWS = env_int("STRIXLM_PINGPONG_MIN_ROWS", 129)
-if SMS < 0 or MIN_ROWS < 2:
-    raise ValueError("STRIXLM_PINGPONG_SMS must be >= 0 and STRIXLM_PINGPONG_MIN_ROWS >= 2")
+CTAS = env_int("STRIXLM_PINGPONG_CTAS", 0)  # attention's programs an SM there (0: default)
+if SMS < 0 or MIN_ROWS < 2 or CTAS < 0:
+    raise ValueError(
+        "STRIXLM_PINGPONG_SMS and STRIXLM_PINGPONG_CTAS must be >= 0,"
+        " STRIXLM_PINGPONG_MIN_ROWS >= 2"
+    )
 
 # Green contexts must outlive their streams: kept for the process, one per (device, SMs).
 _GREEN: dict[tuple[int, int], tuple[object, torch.cuda.Stream]] = {}
@@ -178,7 +183,7 @@ def forward(model, input_ids: torch.Tensor, positions: torch.Tensor, md) -> torc
         s.projected, s.residual = layers[0].pre(s.positions, s.x, None, s.md)
         s.ready = lanes.mark(on_attn=False)
     for i, layer in enumerate(layers):
-        with lanes.on_attn(), attention_sm_budget(SMS):
+        with lanes.on_attn(), attention_sm_budget(SMS, CTAS):
             for s in halves:
                 lanes.wait(s.ready, on_attn=True)
                 s.out = layer.self_attn.attend(s.projected, s.md)

@@ -129,15 +129,18 @@ section_smpartition() {  # attention confined to part of the SMs (green contexts
 }
 
 # pingpong: the two-half-batch decode forward (models/pingpong.py, opt-in): attention on a
-#   green context of 112 / 96 / 120 SMs, the other half's GEMMs beside it, against the default,
+#   green context of 112 / 96 SMs, the other half's GEMMs beside it, against the default,
 #   per decode step at 96-256 rows (profile_step, 1,000-token prompts; the split from 65 rows
-#   here, so b96 shows where it stops paying; ~1 min a run, ~5 min). Run smpartition first:
+#   here, so b96 shows where it stops paying), and at 112 SMs with five attention programs an
+#   SM (more bytes in flight on fewer SMs; ~1 min a run, ~4.5 min). Run smpartition first:
 #   if Triton launches fail on a green stream, this fails too
-section_pingpong() {  # the SM-partitioned ping-pong per decode step, three SM counts and off
-  local v
-  for v in off:0 s112:112 s96:96 s120:120; do
-    STRIXLM_PINGPONG_SMS=${v#*:} STRIXLM_PINGPONG_MIN_ROWS=65 run "pingstep_${v%%:*}" 150 \
-      python benchmarks/gpu/profile_step.py --batch 96 136 192 256 --prompt-len 1000 --steps 30
+section_pingpong() {  # the SM-partitioned ping-pong per decode step, three settings and off
+  local v label sms ctas
+  for v in off:0:0 s112:112:0 s96:96:0 s112c5:112:5; do
+    IFS=: read -r label sms ctas <<< "$v"
+    STRIXLM_PINGPONG_SMS=$sms STRIXLM_PINGPONG_CTAS=$ctas STRIXLM_PINGPONG_MIN_ROWS=65 \
+      run "pingstep_$label" 150 python benchmarks/gpu/profile_step.py --batch 96 136 192 256 \
+      --prompt-len 1000 --steps 30
   done
   grep "#####" "$OUT"/pingstep_*.log
 }
@@ -155,13 +158,14 @@ section_pingcheck() {  # the SM-partitioned ping-pong: real-shape check, tokens 
 }
 
 # pingpongab: the standard workload with the ping-pong on (STRIXLM_PINGPONG_SMS=$PINGPONG_SMS,
-#   default 112) / off, after a warm-up, alternating, three pairs (~4 min)
+#   default 112; STRIXLM_PINGPONG_CTAS=$PINGPONG_CTAS, default 0) / off, after a warm-up,
+#   alternating, three pairs (~4 min)
 section_pingpongab() {  # the workload: the SM-partitioned ping-pong on / off, three pairs
   run tp_warm 100 $TP --model qwen3-0.6b
   local i
   for i in 1 2 3; do
-    STRIXLM_PINGPONG_SMS=${PINGPONG_SMS:-112} run "tp_ping_on$i" 100 $TP --model qwen3-0.6b \
-      --output-json "$OUT/tp_ping_on$i.json"
+    STRIXLM_PINGPONG_SMS=${PINGPONG_SMS:-112} STRIXLM_PINGPONG_CTAS=${PINGPONG_CTAS:-0} \
+      run "tp_ping_on$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_ping_on$i.json"
     run "tp_ping_off$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_ping_off$i.json"
   done
   grep "strixlm  " "$OUT"/tp_ping_*.log
