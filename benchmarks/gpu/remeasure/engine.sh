@@ -158,14 +158,15 @@ section_pingcheck() {  # the SM-partitioned ping-pong: real-shape check, tokens 
 }
 
 # pingpongab: the standard workload with the ping-pong on (STRIXLM_PINGPONG_SMS=$PINGPONG_SMS,
-#   default 112; STRIXLM_PINGPONG_CTAS=$PINGPONG_CTAS, default 0) / off, after a warm-up,
-#   alternating, three pairs (~4 min)
+#   default 112; STRIXLM_PINGPONG_CTAS=$PINGPONG_CTAS, default 0; _MIN_ROWS=$PINGPONG_MIN_ROWS,
+#   default 129) / off, after a warm-up, alternating, three pairs (~4 min)
 section_pingpongab() {  # the workload: the SM-partitioned ping-pong on / off, three pairs
   run tp_warm 100 $TP --model qwen3-0.6b
   local i
   for i in 1 2 3; do
     STRIXLM_PINGPONG_SMS=${PINGPONG_SMS:-112} STRIXLM_PINGPONG_CTAS=${PINGPONG_CTAS:-0} \
-      run "tp_ping_on$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_ping_on$i.json"
+      STRIXLM_PINGPONG_MIN_ROWS=${PINGPONG_MIN_ROWS:-129} run "tp_ping_on$i" 100 $TP \
+      --model qwen3-0.6b --output-json "$OUT/tp_ping_on$i.json"
     run "tp_ping_off$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_ping_off$i.json"
   done
   grep "strixlm  " "$OUT"/tp_ping_*.log
