@@ -130,17 +130,17 @@ section_smpartition() {  # attention confined to part of the SMs (green contexts
 
 # pingpong: the two-half-batch decode forward (models/pingpong.py, opt-in): attention on a
 #   green context of 112 / 96 SMs, the other half's GEMMs beside it, against the default,
-#   per decode step at 96-256 rows (profile_step, 1,000-token prompts; the split from 65 rows
-#   here, so b96 shows where it stops paying), and at 112 SMs with five attention programs an
-#   SM (more bytes in flight on fewer SMs; ~1 min a run, ~4.5 min). Run smpartition first:
-#   if Triton launches fail on a green stream, this fails too
+#   per decode step at 48-256 rows (profile_step, 1,000-token prompts; the split from 33
+#   rows here, so b48 / b96 show where it stops paying), and at 112 SMs with five attention
+#   programs an SM (more bytes in flight on fewer SMs; ~1 min a run, ~4.5 min). Run
+#   smpartition first: if Triton launches fail on a green stream, this fails too
 section_pingpong() {  # the SM-partitioned ping-pong per decode step, three settings and off
   local v label sms ctas
   for v in off:0:0 s112:112:0 s96:96:0 s112c5:112:5; do
     IFS=: read -r label sms ctas <<< "$v"
-    STRIXLM_PINGPONG_SMS=$sms STRIXLM_PINGPONG_CTAS=$ctas STRIXLM_PINGPONG_MIN_ROWS=65 \
-      run "pingstep_$label" 150 python benchmarks/gpu/profile_step.py --batch 96 136 192 256 \
-      --prompt-len 1000 --steps 30
+    STRIXLM_PINGPONG_SMS=$sms STRIXLM_PINGPONG_CTAS=$ctas STRIXLM_PINGPONG_MIN_ROWS=33 \
+      run "pingstep_$label" 150 python benchmarks/gpu/profile_step.py \
+      --batch 48 96 136 192 256 --prompt-len 1000 --steps 30
   done
   grep "#####" "$OUT"/pingstep_*.log
 }
