@@ -4,11 +4,17 @@ Off CUDA the two lanes are one, so these tests check what the GPU run rests on: 
 metadata is its rows' own decode batch, the layers' pre / attend / post split computes what
 their forward does, and a whole engine (CUDA-graph path without capturing, and eager steps)
 gives the same greedy tokens with the split on as off. The attention runs the Triton kernels
-under the interpreter on the halves' metadata views. The overlap itself, and its speed, are
-GPU measurements (benchmarks/gpu/remeasure/engine.sh: pingpong).
+under the interpreter on the halves' metadata views. A logging stand-in for the lanes
+checks the cross-lane lifetimes: no tensor one lane reads is freed where the caching
+allocator could hand its block to work not yet ordered after that read. The overlap itself,
+and its speed, are GPU measurements (benchmarks/gpu/remeasure/engine.sh: pingpong).
 """
 
 from __future__ import annotations
+
+import contextlib
+import gc
+import weakref
 
 import pytest
 import torch
@@ -187,3 +193,143 @@ def test_engine_tokens_match_with_the_split(
     got = greedy(make(), num_prompts)
     assert got == want
     assert calls and set(calls) == ({8} if graphs else {num_prompts})
+
+
+# ---- the lanes' ordering: what a freed block may be reused for ---------------------------
+
+
+class RecordingLanes(pingpong.Lanes):
+    """Lanes that log, in issue order, what the CUDA ones would queue: events marked on a
+    lane, a lane waiting on one, and (through the wrappers below) which lane allocates and
+    uses each cross-lane tensor and when Python frees it."""
+
+    def __init__(self, device, sms) -> None:
+        self.cuda = False
+        self.log: list[tuple] = LOG
+        self.current = "gemm"
+        self.events = 0
+
+    def _mark(self, lane: str) -> int:
+        self.events += 1
+        self.log.append(("mark", lane, self.events))
+        return self.events
+
+    def fork(self) -> None:
+        self.log.append(("wait", "attn", self._mark("gemm")))
+
+    def join(self) -> None:
+        self.log.append(("wait", "gemm", self._mark("attn")))
+
+    @contextlib.contextmanager
+    def on_attn(self):
+        self.current = "attn"
+        try:
+            yield
+        finally:
+            self.current = "gemm"
+
+    def mark(self, on_attn: bool) -> int:
+        return self._mark("attn" if on_attn else "gemm")
+
+    def wait(self, ev, on_attn: bool) -> None:
+        self.log.append(("wait", "attn" if on_attn else "gemm", ev))
+
+
+LOG: list[tuple] = []
+
+
+def unsafe_frees(log: list[tuple]) -> list[str]:
+    """Tensors whose block the allocator could hand out while the other lane may still read
+    it. A freed block goes to the next allocation on the lane that allocated it, so any work
+    queued on that lane (an "alloc" or "use" entry: kernels allocate) after the free must
+    come after that lane waited on an event the other lane marked after its last use."""
+    owner, last_use, marks, problems = {}, {}, {}, []
+    pending: list[tuple[str, str, str, int]] = []  # (name, owner, user lane, used at)
+    for i, entry in enumerate(log):
+        kind, lane = entry[0], entry[1]
+        if kind == "mark":
+            marks[entry[2]] = (lane, i)
+        elif kind == "wait":
+            m_lane, m_at = marks[entry[2]]
+            pending = [p for p in pending if not (p[1] == lane and m_lane == p[2] and m_at > p[3])]
+        elif kind == "free":
+            name = entry[1]
+            if name in last_use:
+                user, at = last_use.pop(name)
+                pending.append((name, owner[name], user, at))
+        else:  # alloc or use: work queued on `lane`, which may allocate
+            problems += [p[0] for p in pending if p[1] == lane and p[0] not in problems]
+            name = entry[2]
+            if kind == "alloc":
+                owner[name] = lane
+            elif lane != owner[name]:
+                last_use[name] = (lane, i)
+    return problems
+
+
+def test_cross_lane_tensors_outlive_their_last_use(tiny_qwen3_dir, monkeypatch):
+    """One decode step through the split with every pre / attend / post logged: no tensor
+    that crosses the lanes (projections: made on the GEMM lane, read by attention;
+    attention outputs: made on the attention lane, read by post) is freed while its block
+    could go to work not yet ordered after that read."""
+    llm = LLM(tiny_qwen3_dir, device="cpu", dtype="float32", skip_tokenizer_init=True)
+    model = llm.engine.core.runner.model
+    LOG.clear()
+    lanes_box: list[RecordingLanes] = []
+
+    def make_lanes(device, sms):
+        lanes_box.append(RecordingLanes(device, sms))
+        return lanes_box[-1]
+
+    tags: dict[int, str] = {}
+
+    def track(obj, lane: str, name: str) -> None:
+        tags[id(obj)] = name
+        LOG.append(("alloc", lane, name))
+        weakref.finalize(obj, LOG.append, ("free", name))
+
+    def use(obj) -> None:
+        LOG.append(("use", lanes_box[-1].current, tags[id(obj)]))
+
+    for li, layer in enumerate(model.layers):
+        attn = layer.self_attn
+
+        def pre(positions, x, residual, md, _layer=layer, _li=li):
+            p, res = type(_layer).pre(_layer, positions, x, residual, md)
+            track(p, "gemm", f"projected L{_li} rows{md.seq_lens.shape[0]}@{len(tags)}")
+            return p, res
+
+        def attend(p, md, _attn=attn, _li=li):
+            use(p)
+            o = type(_attn).attend(_attn, p, md)
+            track(o, lanes_box[-1].current, f"out L{_li}@{len(tags)}")
+            return o
+
+        def post(o, residual, _layer=layer):
+            use(o)
+            return type(_layer).post(_layer, o, residual)
+
+        monkeypatch.setattr(layer, "pre", pre)
+        monkeypatch.setattr(attn, "attend", attend)
+        monkeypatch.setattr(layer, "post", post)
+    monkeypatch.setattr(pingpong, "Lanes", make_lanes)
+    md = decode_metadata([3, 5, 4, 6, 2, 7], real=6)
+    md.block_table = torch.arange(1, 7, dtype=torch.int32).view(6, 1)
+    for a in model.attention_layers():
+        a.kv_cache = torch.zeros(2, 8, 16, a.num_kv_heads, a.head_dim)
+    ids, pos = torch.arange(6), torch.tensor([2, 4, 3, 5, 1, 6])
+    with torch.no_grad():
+        pingpong.forward(model, ids, pos, md)
+    gc.collect()
+    kinds = {e[0] for e in LOG}
+    assert {"alloc", "use", "free", "mark", "wait"} <= kinds
+    crossing = [e for e in LOG if e[0] == "use" and e[1] == "attn"]
+    assert len(crossing) == 2 * len(model.layers)  # every attention read a projection
+    assert unsafe_frees(LOG) == []
+    # The checker itself: an output freed right after its post, before the attention lane
+    # waited on anything the GEMM lane marked after that post, is flagged.
+    used = [("alloc", "attn", "o"), ("use", "gemm", "o"), ("free", "o"), ("mark", "gemm", 99)]
+    assert unsafe_frees(used + [("alloc", "attn", "next")]) == ["o"]
+    assert unsafe_frees(used + [("wait", "attn", 99), ("alloc", "attn", "next")]) == []
+    early = [("alloc", "attn", "o"), ("mark", "gemm", 98), ("use", "gemm", "o"), ("free", "o")]
+    assert unsafe_frees(early + [("wait", "attn", 98), ("alloc", "attn", "x")]) == ["o"]
