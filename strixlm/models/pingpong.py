@@ -84,8 +84,10 @@ def green_stream(num_sms: int, device: torch.device) -> torch.cuda.Stream:
 
 def applies(md: AttentionMetadata, num_tokens: int) -> bool:
     """On, and a pure decode step (one token a row, graph padding included) of MIN_ROWS+."""
+    if SMS <= 0:
+        return False
     rows = md.seq_lens.shape[0]
-    return SMS > 0 and md.is_pure_decode and num_tokens == rows and rows >= MIN_ROWS
+    return md.is_pure_decode and num_tokens == rows and rows >= MIN_ROWS
 
 
 def _padded(values: list[int], n: int, fill: int) -> list[int]:
