@@ -142,7 +142,7 @@ section_pingpong() {  # the SM-partitioned ping-pong per decode step, three sett
       run "pingstep_$label" 150 python benchmarks/gpu/profile_step.py \
       --batch 48 96 136 192 256 --prompt-len 1000 --steps 30
   done
-  grep "#####" "$OUT"/pingstep_*.log
+  python benchmarks/gpu/compare_steps.py "$OUT"/pingstep_{off,s112,s96,s112c5}.log
 }
 
 # pingcheck: the ping-pong at the real shape (check_pingpong: b256, eager twice and in a
