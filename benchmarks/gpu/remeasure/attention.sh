@@ -494,7 +494,7 @@ section_tailstep() {  # the tail rule on / off per decode step
     STRIXLM_ATTN_TAIL_TILE=${v#*:} run "tailstep_${v%%:*}" 120 python \
       benchmarks/gpu/profile_step.py --batch 5 13 21 29 37 40 --prompt-len 1400 --steps 50
   done
-  grep "#####" "$OUT"/tailstep_*.log
+  python benchmarks/gpu/compare_steps.py "$OUT"/tailstep_{off1,on1,off2,on2}.log
 }
 
 # tailpadab: the workload with the tail rule on (STRIXLM_ATTN_TAIL_TILE=64) / off (the
