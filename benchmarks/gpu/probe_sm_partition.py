@@ -55,16 +55,29 @@ def _engine_config(hq: int, hkv: int, d: int, num_seqs: int, max_ctx: int, sms: 
     return pa.select_config(hq, hkv, d, num_seqs, 1, max_ctx, sms)
 
 
-def engine_attention(q, cache, md, out, order, max_ctx: int, sms: int) -> None:
+def engine_attention(q, cache, md, out, order, max_ctx: int, sms: int, timing=None) -> None:
     """One decode attention launch with the engine's config for this batch (persistent at
-    these sizes), its grid sized for `sms` SMs."""
+    these sizes), its grid sized for `sms` SMs; timing: paged_decode_persistent's per-program
+    records (start, end, SM id, tiles)."""
     cfg = _engine_config(q.shape[1], cache.shape[3], q.shape[2], order.numel(), max_ctx, sms)
     pdk.paged_decode_persistent(
         q, cache, md.query_start_loc, md.seq_lens, md.block_table, SCALE, out,
         block_m=cfg.block_m, tile=cfg.tile, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         k_rows=cfg.k_rows, sms=sms, seq_order=order, num_segs=cfg.num_splits,
-        ctas_per_sm=cfg.ctas_per_sm,
+        ctas_per_sm=cfg.ctas_per_sm, timing=timing,
     )  # fmt: skip
+
+
+def sms_used(stream, q, cache, md, out, order, max_ctx: int, sms: int) -> int:
+    """Distinct SMs one attention launch on `stream` ran on (its programs' SM ids): whether
+    a green context confines it as asked."""
+    timing = torch.full((cache.shape[3] * sms * 16 * 4,), -1, dtype=torch.int64, device="cuda")
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        engine_attention(q, cache, md, out, order, max_ctx, sms, timing)
+    torch.cuda.current_stream().wait_stream(stream)
+    ids = timing.view(-1, 4)[:, 2]
+    return int(torch.unique(ids[ids >= 0]).numel())
 
 
 def green_stream(num_sms: int) -> torch.cuda.Stream | None:
@@ -149,6 +162,8 @@ def main() -> None:
     torch.cuda.synchronize()
     plain = torch.cuda.Stream()
     t_attn_all = timed_ms(lambda: attn(total), [])
+    all_sms = sms_used(torch.cuda.current_stream(), q, cache, md, out, order, max(ctxs), total)
+    print(f"the whole GPU: attention's programs ran on {all_sms} distinct SMs")
     t_gemm = timed_ms(gemms, [])
     t_serial = timed_ms(lambda: (attn(total), gemms()), [])
 
@@ -190,6 +205,8 @@ def main() -> None:
             break
         row = {"attn_sms": n, "attn_ms": t_attn, "attn_tbs": kv_bytes / t_attn / 1e9}
         row["both_ms"] = t_both
+        row["distinct_sms"] = sms_used(s_attn, q, cache, md, out, order, max(ctxs), n)
+        print(f"    {n} SMs asked: its programs ran on {row['distinct_sms']} distinct SMs")
         print(
             f"attention on {n:3d} SMs: {t_attn:7.3f} ms ({row['attn_tbs']:.2f} TB/s,"
             f" x{t_attn_all / t_attn:.3f} of all SMs); with the GEMMs beside it {t_both:7.3f} ms"
