@@ -18,6 +18,7 @@ import weakref
 
 import pytest
 import torch
+from attention_inputs import one_prompt_metadata
 
 from strixlm.engine.request import SamplingParams
 from strixlm.entrypoints.llm import LLM
@@ -113,18 +114,7 @@ def test_decoder_layer_pre_attend_post_is_its_forward(tiny_qwen3_dir):
     model = llm.engine.core.runner.model
     layer = model.layers[0]
     t, block = 5, 16
-    md = AttentionMetadata(
-        num_tokens=t,
-        query_start_loc=torch.tensor([0, t], dtype=torch.int32),
-        seq_lens=torch.tensor([t], dtype=torch.int32),
-        block_table=torch.tensor([[1]], dtype=torch.int32),
-        slot_mapping=torch.arange(block, block + t),
-        query_start_loc_cpu=[0, t],
-        query_lens_cpu=[t],
-        seq_lens_cpu=[t],
-        max_query_len=t,
-        max_seq_len=t,
-    )
+    md = one_prompt_metadata(t, block)
     x, pos = torch.randn(t, model.config.hidden_size), torch.arange(t)
     attn = layer.self_attn
     saved = attn.kv_cache

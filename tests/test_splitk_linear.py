@@ -338,9 +338,9 @@ def test_forward_silu_mul_dispatch(monkeypatch):
 def test_llama_forward_with_partials_matches_plain(monkeypatch):
     """o_proj and down_proj hand out (torch-made) partials; the hidden states match the plain
     forward's, and Attention / MLP called on their own still return tensors."""
+    from attention_inputs import one_prompt_metadata
     from transformers import LlamaConfig
 
-    from strixlm.layers.attention.metadata import AttentionMetadata
     from strixlm.layers.attention.torch_paged import TorchPagedAttention
     from strixlm.models.llama import LlamaForCausalLM
 
@@ -359,18 +359,7 @@ def test_llama_forward_with_partials_matches_plain(monkeypatch):
         for name, p in model.named_parameters():
             p.normal_(1.0 if "norm" in name else 0.0, 0.2)
     t, block = 12, 16
-    md = AttentionMetadata(
-        num_tokens=t,
-        query_start_loc=torch.tensor([0, t], dtype=torch.int32),
-        seq_lens=torch.tensor([t], dtype=torch.int32),
-        block_table=torch.tensor([[1]], dtype=torch.int32),
-        slot_mapping=torch.arange(block, block + t),
-        query_start_loc_cpu=[0, t],
-        query_lens_cpu=[t],
-        seq_lens_cpu=[t],
-        max_query_len=t,
-        max_seq_len=t,
-    )
+    md = one_prompt_metadata(t, block)
     ids, pos = torch.randint(0, 128, (t,), generator=_gen(5)), torch.arange(t)
 
     def run() -> torch.Tensor:

@@ -18,11 +18,13 @@ STRIXLM_PINGPONG_SMS=112 python benchmarks/gpu/check_pingpong.py [--batch 256] [
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 
 import torch
 
@@ -80,30 +82,31 @@ def capture_decode_inputs(engine, model, batch: int) -> tuple:
     return seen[0]
 
 
-def run_model(model, inputs: tuple, sms: int) -> torch.Tensor:
-    """The model's forward on the captured inputs, the ping-pong on `sms` SMs (0: off)."""
+@contextlib.contextmanager
+def split_on(sms: int) -> Iterator[None]:
+    """The ping-pong on `sms` SMs (0: off) for every decode step of 2+ rows, restored after."""
     saved = pingpong.SMS, pingpong.MIN_ROWS
     pingpong.SMS, pingpong.MIN_ROWS = sms, 2
     try:
-        with torch.inference_mode():
-            return model(*inputs).clone()
+        yield
     finally:
         pingpong.SMS, pingpong.MIN_ROWS = saved
+
+
+def run_model(model, inputs: tuple, sms: int) -> torch.Tensor:
+    """The model's forward on the captured inputs, the ping-pong on `sms` SMs (0: off)."""
+    with split_on(sms), torch.inference_mode():
+        return model(*inputs).clone()
 
 
 def graph_replay(model, inputs: tuple, sms: int) -> torch.Tensor:
     """The ping-pong captured in a CUDA graph (after an eager warm-up), replayed."""
-    saved = pingpong.SMS, pingpong.MIN_ROWS
-    pingpong.SMS, pingpong.MIN_ROWS = sms, 2
-    try:
-        g = torch.cuda.CUDAGraph()
-        with torch.inference_mode():
-            model(*inputs)
-            sync()
-            with torch.cuda.graph(g):
-                hidden = model(*inputs)
-    finally:
-        pingpong.SMS, pingpong.MIN_ROWS = saved
+    g = torch.cuda.CUDAGraph()
+    with split_on(sms), torch.inference_mode():
+        model(*inputs)
+        sync()
+        with torch.cuda.graph(g):
+            hidden = model(*inputs)
     for _ in range(3):
         g.replay()
     sync()
