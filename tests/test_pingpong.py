@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
+import subprocess
+import sys
 import weakref
 
 import pytest
@@ -84,6 +87,29 @@ def test_applies_to_pure_decode_steps_of_min_rows(monkeypatch):
     mixed = decode_metadata([5] * 8, real=8)
     mixed.max_query_len = 3
     assert not pingpong.applies(mixed, 10)  # a prefill in the step
+
+
+def test_lane_knob_is_checked_at_import():
+    """A bad STRIXLM_PINGPONG_LANE stops the process at import, naming the knob."""
+    env = {**os.environ, "STRIXLM_PINGPONG_LANE": "blue"}
+    code = "import strixlm.models.pingpong"
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert run.returncode != 0
+    assert "STRIXLM_PINGPONG_LANE must be 'green' or 'stream'" in run.stderr
+
+
+def test_attention_stream_picks_the_lane(monkeypatch):
+    """'green' asks for the green context's stream; 'stream' never touches green contexts."""
+    asked = []
+    monkeypatch.setattr(pingpong, "green_stream", lambda n, d: asked.append(n) or "green")
+    assert pingpong.attention_stream(112, torch.device("cuda", 0), "green") == "green"
+    assert asked == [112]
+    made = []
+    monkeypatch.setattr(pingpong, "_PLAIN", {})
+    monkeypatch.setattr(torch.cuda, "Stream", lambda **kw: made.append(kw) or object())
+    first = pingpong.attention_stream(112, torch.device("cuda", 0), "stream")
+    assert pingpong.attention_stream(96, torch.device("cuda", 0), "stream") is first
+    assert made == [{"device": 0, "priority": -1}] and asked == [112]
 
 
 def test_attention_sm_budget_sizes_the_configs():

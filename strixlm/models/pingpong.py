@@ -14,7 +14,10 @@ context of STRIXLM_PINGPONG_SMS SMs (0, the default: off), and attention sizes i
 that many (kernels.dispatch.attention_sm_budget); the GEMM lane is the caller's stream, whose
 kernels find the other SMs free. STRIXLM_PINGPONG_MIN_ROWS (default 129) is the smallest
 pure-decode step it takes; STRIXLM_PINGPONG_CTAS (default 0: the persistent grid's own four)
-sets attention's programs an SM there. All are read at import.
+sets attention's programs an SM there. STRIXLM_PINGPONG_LANE=stream puts attention on an
+ordinary high-priority stream instead of a green context (its grid still sized for the SMs
+asked): where green streams are missing or fail, the overlap itself can still be measured,
+with the hardware free to spread the smaller grid over every SM. All are read at import.
 
 Each half is a decode batch of its own: rows [0, h) and [h, B), with views of the step's
 metadata (a pure decode step's query_start_loc is 0..B, so each half's is its first rows)
@@ -35,6 +38,7 @@ the work are the same, which is what the CPU tests check.
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass, replace
 
 import torch
@@ -46,11 +50,14 @@ from strixlm.layers.attention.metadata import AttentionMetadata
 SMS = env_int("STRIXLM_PINGPONG_SMS", 0)
 MIN_ROWS = env_int("STRIXLM_PINGPONG_MIN_ROWS", 129)
 CTAS = env_int("STRIXLM_PINGPONG_CTAS", 0)  # attention's programs an SM there (0: default)
+LANE = os.environ.get("STRIXLM_PINGPONG_LANE", "green")
 if SMS < 0 or MIN_ROWS < 2 or CTAS < 0:
     raise ValueError(
         "STRIXLM_PINGPONG_SMS and STRIXLM_PINGPONG_CTAS must be >= 0,"
         " STRIXLM_PINGPONG_MIN_ROWS >= 2"
     )
+if LANE not in ("green", "stream"):
+    raise ValueError(f"STRIXLM_PINGPONG_LANE must be 'green' or 'stream', not {LANE!r}")
 
 # Green contexts must outlive their streams: kept for the process, one per (device, SMs).
 _GREEN: dict[tuple[int, int], tuple[object, torch.cuda.Stream]] = {}
@@ -80,6 +87,21 @@ def green_stream(num_sms: int, device: torch.device) -> torch.cuda.Stream:
         stream = ctx.Stream()
         _GREEN[key] = (ctx, stream)
     return _GREEN[key][1]
+
+
+_PLAIN: dict[int, torch.cuda.Stream] = {}
+
+
+def attention_stream(num_sms: int, device: torch.device, lane: str) -> torch.cuda.Stream:
+    """The attention lane's stream: a green context's ("green"), or an ordinary stream of
+    high priority ("stream"), so that its blocks are dispatched ahead of the GEMM
+    lane's when both wait for room. One a process and device, as graphs replay on them."""
+    if lane == "green":
+        return green_stream(num_sms, device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _PLAIN:
+        _PLAIN[index] = torch.cuda.Stream(device=index, priority=-1)  # torch's "high"
+    return _PLAIN[index]
 
 
 def applies(md: AttentionMetadata, num_tokens: int) -> bool:
@@ -123,14 +145,15 @@ def half_metadata(md: AttentionMetadata, lo: int, hi: int) -> AttentionMetadata:
 
 
 class Lanes:
-    """The attention lane (a green-context stream) and the GEMM lane (the caller's stream),
-    with the events between them; one lane, and no events, off CUDA."""
+    """The attention lane (a green-context stream, or a high-priority one with
+    STRIXLM_PINGPONG_LANE=stream) and the GEMM lane (the caller's stream), with the events
+    between them; one lane, and no events, off CUDA."""
 
     def __init__(self, device: torch.device, sms: int) -> None:
         self.cuda = device.type == "cuda"
         if self.cuda:
             self.gemm = torch.cuda.current_stream(device)
-            self.attn = green_stream(sms, device)
+            self.attn = attention_stream(sms, device, LANE)
 
     def fork(self) -> None:
         if self.cuda:

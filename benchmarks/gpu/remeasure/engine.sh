@@ -132,40 +132,48 @@ section_smpartition() {  # attention confined to part of the SMs (green contexts
 #   green context of 112 / 96 SMs, the other half's GEMMs beside it, against the default,
 #   per decode step at 48-256 rows (profile_step, 1,000-token prompts; the split from 33
 #   rows here, so b48 / b96 show where it stops paying), and at 112 SMs with five attention
-#   programs an SM (more bytes in flight on fewer SMs; ~1 min a run, ~4.5 min). Run
-#   smpartition first: if Triton launches fail on a green stream, this fails too
-section_pingpong() {  # the SM-partitioned ping-pong per decode step, three settings and off
-  local v label sms ctas
-  for v in off:0:0 s112:112:0 s96:96:0 s112c5:112:5; do
-    IFS=: read -r label sms ctas <<< "$v"
+#   programs an SM (more bytes in flight on fewer SMs), and with attention on an ordinary
+#   high-priority stream, its grid sized for 112 SMs (STRIXLM_PINGPONG_LANE=stream: the
+#   overlap without a green context; ~1 min a run, ~5.5 min). Run smpartition first: if
+#   Triton launches fail on a green stream, the green runs fail too, the stream one not
+section_pingpong() {  # the SM-partitioned ping-pong per decode step, four settings and off
+  local v label sms ctas lane
+  for v in off:0:0:green s112:112:0:green s96:96:0:green s112c5:112:5:green \
+    p112:112:0:stream; do
+    IFS=: read -r label sms ctas lane <<< "$v"
     STRIXLM_PINGPONG_SMS=$sms STRIXLM_PINGPONG_CTAS=$ctas STRIXLM_PINGPONG_MIN_ROWS=33 \
-      run "pingstep_$label" 150 python benchmarks/gpu/profile_step.py \
-      --batch 48 96 136 192 256 --prompt-len 1000 --steps 30
+      STRIXLM_PINGPONG_LANE=$lane run "pingstep_$label" 150 python \
+      benchmarks/gpu/profile_step.py --batch 48 96 136 192 256 --prompt-len 1000 --steps 30
   done
-  python benchmarks/gpu/compare_steps.py "$OUT"/pingstep_{off,s112,s96,s112c5}.log
+  python benchmarks/gpu/compare_steps.py "$OUT"/pingstep_{off,s112,s96,s112c5,p112}.log
 }
 
 # pingcheck: the ping-pong at the real shape (check_pingpong: b256, eager twice and in a
 #   CUDA graph, bit-equal to each other and close to the plain forward; ~1 min), its greedy
 #   tokens vs HF with the split at every batch of 2+ rows on $PINGPONG_SMS SMs (default 112;
-#   check_e2e, ~3 min), and its host syncs per decode step at 256 requests (check_syncs)
+#   check_e2e, ~3 min), and its host syncs per decode step at 256 requests (check_syncs);
+#   the attention lane is $PINGPONG_LANE's (default green)
 section_pingcheck() {  # the SM-partitioned ping-pong: real-shape check, tokens vs HF, syncs
-  run check_pingpong 150 python benchmarks/gpu/check_pingpong.py --sms "${PINGPONG_SMS:-112}"
-  STRIXLM_PINGPONG_SMS=${PINGPONG_SMS:-112} STRIXLM_PINGPONG_MIN_ROWS=2 run e2e_pingpong 240 \
-    python benchmarks/gpu/check_e2e.py
-  STRIXLM_PINGPONG_SMS=${PINGPONG_SMS:-112} run syncs_pingpong 120 python \
+  local lane=${PINGPONG_LANE:-green} sms=${PINGPONG_SMS:-112}
+  STRIXLM_PINGPONG_LANE=$lane run check_pingpong 150 python benchmarks/gpu/check_pingpong.py \
+    --sms "$sms"
+  STRIXLM_PINGPONG_LANE=$lane STRIXLM_PINGPONG_SMS=$sms STRIXLM_PINGPONG_MIN_ROWS=2 \
+    run e2e_pingpong 240 python benchmarks/gpu/check_e2e.py
+  STRIXLM_PINGPONG_LANE=$lane STRIXLM_PINGPONG_SMS=$sms run syncs_pingpong 120 python \
     benchmarks/gpu/check_syncs.py --num-requests 256
 }
 
 # pingpongab: the standard workload with the ping-pong on (STRIXLM_PINGPONG_SMS=$PINGPONG_SMS,
 #   default 112; STRIXLM_PINGPONG_CTAS=$PINGPONG_CTAS, default 0; _MIN_ROWS=$PINGPONG_MIN_ROWS,
-#   default 129) / off, after a warm-up, alternating, three pairs (~4 min)
+#   default 129; _LANE=$PINGPONG_LANE, default green) / off, after a warm-up, alternating,
+#   three pairs (~4 min)
 section_pingpongab() {  # the workload: the SM-partitioned ping-pong on / off, three pairs
   run tp_warm 100 $TP --model qwen3-0.6b
   local i
   for i in 1 2 3; do
     STRIXLM_PINGPONG_SMS=${PINGPONG_SMS:-112} STRIXLM_PINGPONG_CTAS=${PINGPONG_CTAS:-0} \
-      STRIXLM_PINGPONG_MIN_ROWS=${PINGPONG_MIN_ROWS:-129} run "tp_ping_on$i" 100 $TP \
+      STRIXLM_PINGPONG_MIN_ROWS=${PINGPONG_MIN_ROWS:-129} \
+      STRIXLM_PINGPONG_LANE=${PINGPONG_LANE:-green} run "tp_ping_on$i" 100 $TP \
       --model qwen3-0.6b --output-json "$OUT/tp_ping_on$i.json"
     run "tp_ping_off$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_ping_off$i.json"
   done
