@@ -12,9 +12,11 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import json
 import os
 import pstats
 import sys
+import tempfile
 import time
 
 import torch
@@ -22,6 +24,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from dummy_engine import dummy_llm, start_decoding  # noqa: E402
+from lane_account import report  # noqa: E402
 
 from strixlm.engine.request import SamplingParams  # noqa: E402
 
@@ -78,8 +81,19 @@ def main() -> None:
         avg = p.key_averages()
         print(avg.table(sort_by="cuda_time_total", row_limit=20, max_name_column_width=60))
         print(avg.table(sort_by="cpu_time_total", row_limit=15, max_name_column_width=60))
+        print("\n".join(lanes_of(p, steps=10, label=f" batch {b}")))
         for rid in list(engine.outputs.parents):
             engine.abort_request(rid)
+
+
+def lanes_of(prof, steps: int, label: str) -> list[str]:
+    """The profiled steps' GPU time stream by stream (lane_account.py): with the ping-pong
+    on, whether its lanes overlapped and what attention cost on its share of the SMs."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            return report(json.load(f), steps, label)
 
 
 def profile_prefill(engine, steps: int) -> None:
