@@ -211,6 +211,47 @@ def test_engine_tokens_match_with_the_split(
     assert calls and set(calls) == ({8} if graphs else {num_prompts})
 
 
+class RecordingWindows:
+    """Stands in for the GEMM lane's L2 windows (CUDA only): logs what forward asks."""
+
+    def __init__(self, log: list) -> None:
+        self.log = log
+
+    def set(self, lo: int, hi: int) -> None:
+        self.log.append((lo, hi))
+
+    def clear(self) -> None:
+        self.log.append("clear")
+
+
+def test_l2_windows_follow_the_gemm_lanes_reads(tiny_qwen3_dir, monkeypatch):
+    """With STRIXLM_PINGPONG_L2_MB on, loading packs the layer weights, and each split
+    forward windows the first qkv, then each layer's chunk (o_proj .. next qkv), then
+    clears; the tokens stay the unsplit engine's."""
+    kwargs = dict(device="cpu", dtype="float32", skip_tokenizer_init=True, max_num_seqs=8)
+    want = greedy(LLM(tiny_qwen3_dir, **kwargs), 6)
+    monkeypatch.setattr(pingpong, "SMS", 8)
+    monkeypatch.setattr(pingpong, "MIN_ROWS", 4)
+    monkeypatch.setattr(pingpong, "L2_MB", 64)
+    log: list = []
+    monkeypatch.setattr(pingpong, "weight_windows", lambda model, lanes: RecordingWindows(log))
+    llm = LLM(tiny_qwen3_dir, **kwargs)
+    packed = llm.engine.core.runner.model.pingpong_weights
+    assert greedy(llm, 6) == want
+    n = len(packed.qkv)
+    one = [packed.qkv[0]] + [packed.chunk(i) for i in range(n)] + ["clear"]
+    assert log and len(log) % len(one) == 0
+    assert log == one * (len(log) // len(one))
+
+
+def test_l2_packing_only_with_the_split_and_the_window_on(tiny_qwen3_dir, monkeypatch):
+    for sms, mb in ((0, 64), (8, 0)):
+        monkeypatch.setattr(pingpong, "SMS", sms)
+        monkeypatch.setattr(pingpong, "L2_MB", mb)
+        llm = LLM(tiny_qwen3_dir, device="cpu", dtype="float32", skip_tokenizer_init=True)
+        assert not hasattr(llm.engine.core.runner.model, "pingpong_weights")
+
+
 # ---- the lanes' ordering: what a freed block may be reused for ---------------------------
 
 

@@ -148,10 +148,13 @@ def main() -> None:
     args = ap.parse_args()
     pingpong.SMS = 0  # the engine's own steps run plain; the check switches it per call
     llm = dummy_llm(args.batch, eager=True)
-    start_decoding(llm.engine, args.batch, args.prompt_len)
     model = llm.engine.core.runner.model
+    with split_on(args.sms):  # STRIXLM_PINGPONG_L2_MB: the weights packed for the windows
+        pingpong.prepare_model(model)
+    start_decoding(llm.engine, args.batch, args.prompt_len)
     inputs = capture_decode_inputs(llm.engine, model, args.batch)
-    results = {"batch": args.batch, "sms": args.sms, **compare(model, inputs, args.sms, True)}
+    results = {"batch": args.batch, "sms": args.sms, "l2_mb": pingpong.L2_MB}
+    results.update(compare(model, inputs, args.sms, True))
     for k, v in results.items():
         print(f"{k:24s} {v}")
     print("PINGPONG OK" if results["ok"] else "PINGPONG MISMATCH")

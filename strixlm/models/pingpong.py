@@ -17,7 +17,11 @@ pure-decode step it takes; STRIXLM_PINGPONG_CTAS (default 0: the persistent grid
 sets attention's programs an SM there. STRIXLM_PINGPONG_LANE=stream puts attention on an
 ordinary high-priority stream instead of a green context (its grid still sized for the SMs
 asked): where green streams are missing or fail, the overlap itself can still be measured,
-with the hardware free to spread the smaller grid over every SM. All are read at import.
+with the hardware free to spread the smaller grid over every SM. STRIXLM_PINGPONG_L2_MB
+(default 0: off) sets aside that much L2 for persisting lines, and the GEMM lane marks the
+layer weights it reads as persisting (an access-policy window over the part of the packed
+weights, models/weight_pack.py, that it reads next), so that the second half-batch finds
+them in L2 rather than reading them from HBM again. All are read at import.
 
 Each half is a decode batch of its own: rows [0, h) and [h, B), with views of the step's
 metadata (a pure decode step's query_start_loc is 0..B, so each half's is its first rows)
@@ -45,15 +49,18 @@ import torch
 
 from strixlm.kernels.dispatch import attention_sm_budget
 from strixlm.kernels.env_knobs import env_int
+from strixlm.kernels.l2_window import L2Windows
 from strixlm.layers.attention.metadata import AttentionMetadata
+from strixlm.models.weight_pack import PackedWeights, pack_layer_weights
 
 SMS = env_int("STRIXLM_PINGPONG_SMS", 0)
 MIN_ROWS = env_int("STRIXLM_PINGPONG_MIN_ROWS", 129)
 CTAS = env_int("STRIXLM_PINGPONG_CTAS", 0)  # attention's programs an SM there (0: default)
 LANE = os.environ.get("STRIXLM_PINGPONG_LANE", "green")
-if SMS < 0 or MIN_ROWS < 2 or CTAS < 0:
+L2_MB = env_int("STRIXLM_PINGPONG_L2_MB", 0)  # L2 set aside for the weights (0: off)
+if SMS < 0 or MIN_ROWS < 2 or CTAS < 0 or L2_MB < 0:
     raise ValueError(
-        "STRIXLM_PINGPONG_SMS and STRIXLM_PINGPONG_CTAS must be >= 0,"
+        "STRIXLM_PINGPONG_SMS, STRIXLM_PINGPONG_CTAS and STRIXLM_PINGPONG_L2_MB must be >= 0,"
         " STRIXLM_PINGPONG_MIN_ROWS >= 2"
     )
 if LANE not in ("green", "stream"):
@@ -144,6 +151,48 @@ def half_metadata(md: AttentionMetadata, lo: int, hi: int) -> AttentionMetadata:
     )
 
 
+def prepare_model(model) -> None:
+    """After loading: with the L2 window on, pack the decoder layers' projection weights in
+    the GEMM lane's order (before any graph records their pointers)."""
+    if SMS > 0 and L2_MB > 0 and _splittable(model):
+        model.pingpong_weights = pack_layer_weights(list(model.layers))
+
+
+def _splittable(model) -> bool:
+    from strixlm.models.llama import DecoderLayer  # llama imports this module
+
+    layers = getattr(model, "layers", None)
+    return bool(layers) and all(isinstance(layer, DecoderLayer) for layer in layers)
+
+
+_L2: dict[int, L2Windows] = {}
+
+
+class WeightWindows:
+    """The GEMM lane's L2 windows over the packed weights: set(lo, hi) marks bytes [lo, hi)
+    of the buffer persisting for the launches queued after it; clear() ends that."""
+
+    def __init__(self, packed: PackedWeights, stream: torch.cuda.Stream) -> None:
+        index = packed.buffer.device.index or 0
+        if index not in _L2:
+            _L2[index] = L2Windows(index, L2_MB << 20)
+        self.l2, self.base, self.stream = _L2[index], packed.base, stream.cuda_stream
+
+    def set(self, lo: int, hi: int) -> None:
+        self.l2.set(self.stream, self.base + lo, hi - lo)
+
+    def clear(self) -> None:
+        self.l2.clear(self.stream)
+
+
+def weight_windows(model, lanes: Lanes) -> WeightWindows | None:
+    """The GEMM lane's windows, where the weights were packed for them and lanes are CUDA's."""
+    packed = getattr(model, "pingpong_weights", None)
+    if packed is None or not lanes.cuda:
+        return None
+    return WeightWindows(packed, lanes.gemm)
+
+
 class Lanes:
     """The attention lane (a green-context stream, or a high-priority one with
     STRIXLM_PINGPONG_LANE=stream) and the GEMM lane (the caller's stream), with the events
@@ -202,22 +251,32 @@ def forward(model, input_ids: torch.Tensor, positions: torch.Tensor, md) -> torc
         for lo, hi in ((0, h), (h, rows))
     ]
     lanes = Lanes(input_ids.device, SMS)
+    windows = weight_windows(model, lanes)
+    packed = getattr(model, "pingpong_weights", None)
     lanes.fork()
     layers = model.layers
-    for s in halves:
-        s.projected, s.residual = layers[0].pre(s.positions, s.x, None, s.md)
-        s.ready = lanes.mark(on_attn=False)
-    for i, layer in enumerate(layers):
-        with lanes.on_attn(), attention_sm_budget(SMS, CTAS):
-            for s in halves:
-                lanes.wait(s.ready, on_attn=True)
-                s.out = layer.self_attn.attend(s.projected, s.md)
-                s.done = lanes.mark(on_attn=True)
+    try:
+        if windows is not None:
+            windows.set(*packed.qkv[0])
         for s in halves:
-            lanes.wait(s.done, on_attn=False)
-            s.x, s.residual = layer.post(s.out, s.residual)
-            if i + 1 < len(layers):
-                s.projected, s.residual = layers[i + 1].pre(s.positions, s.x, s.residual, s.md)
-                s.ready = lanes.mark(on_attn=False)
+            s.projected, s.residual = layers[0].pre(s.positions, s.x, None, s.md)
+            s.ready = lanes.mark(on_attn=False)
+        for i, layer in enumerate(layers):
+            with lanes.on_attn(), attention_sm_budget(SMS, CTAS):
+                for s in halves:
+                    lanes.wait(s.ready, on_attn=True)
+                    s.out = layer.self_attn.attend(s.projected, s.md)
+                    s.done = lanes.mark(on_attn=True)
+            if windows is not None:  # both halves read the same weights: keep them for B
+                windows.set(*packed.chunk(i))
+            for s in halves:
+                lanes.wait(s.done, on_attn=False)
+                s.x, s.residual = layer.post(s.out, s.residual)
+                if i + 1 < len(layers):
+                    s.projected, s.residual = layers[i + 1].pre(s.positions, s.x, s.residual, s.md)
+                    s.ready = lanes.mark(on_attn=False)
+    finally:
+        if windows is not None:
+            windows.clear()
     lanes.join()
     return torch.cat([model.norm(s.x, s.residual)[0] for s in halves])

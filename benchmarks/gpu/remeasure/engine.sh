@@ -148,32 +148,49 @@ section_pingpong() {  # the SM-partitioned ping-pong per decode step, four setti
   python benchmarks/gpu/compare_steps.py "$OUT"/pingstep_{off,s112,s96,s112c5,p112}.log
 }
 
+# pingl2: the ping-pong with the layer weights persisting in L2 between the two halves'
+#   GEMMs (STRIXLM_PINGPONG_L2_MB: 24 and 40 MB set aside, capped at the device's limit;
+#   the weights packed in the GEMM lane's order), against the ping-pong without it and off,
+#   per decode step at 136-256 rows, on $PINGPONG_SMS SMs (default 112) of the
+#   $PINGPONG_LANE lane (default green); ~1 min a run, ~4.5 min
+section_pingl2() {  # the ping-pong's weights kept in L2 for the second half, two set-asides
+  local v label sms=${PINGPONG_SMS:-112} on mb
+  for v in off:0:0 ping:1:0 l2m24:1:24 l2m40:1:40; do
+    IFS=: read -r label on mb <<< "$v"
+    STRIXLM_PINGPONG_SMS=$((on * sms)) STRIXLM_PINGPONG_L2_MB=$mb STRIXLM_PINGPONG_MIN_ROWS=129 \
+      STRIXLM_PINGPONG_LANE=${PINGPONG_LANE:-green} run "pingl2_$label" 150 python \
+      benchmarks/gpu/profile_step.py --batch 136 192 256 --prompt-len 1000 --steps 30
+  done
+  python benchmarks/gpu/compare_steps.py "$OUT"/pingl2_{off,ping,l2m24,l2m40}.log
+}
+
 # pingcheck: the ping-pong at the real shape (check_pingpong: b256, eager twice and in a
 #   CUDA graph, bit-equal to each other and close to the plain forward; ~1 min), its greedy
 #   tokens vs HF with the split at every batch of 2+ rows on $PINGPONG_SMS SMs (default 112;
 #   check_e2e, ~3 min), and its host syncs per decode step at 256 requests (check_syncs);
-#   the attention lane is $PINGPONG_LANE's (default green)
+#   the attention lane is $PINGPONG_LANE's (default green), the L2 set-aside for the
+#   weights $PINGPONG_L2_MB MB (default 0: off)
 section_pingcheck() {  # the SM-partitioned ping-pong: real-shape check, tokens vs HF, syncs
-  local lane=${PINGPONG_LANE:-green} sms=${PINGPONG_SMS:-112}
-  STRIXLM_PINGPONG_LANE=$lane run check_pingpong 150 python benchmarks/gpu/check_pingpong.py \
-    --sms "$sms"
+  local lane=${PINGPONG_LANE:-green} sms=${PINGPONG_SMS:-112} mb=${PINGPONG_L2_MB:-0}
+  STRIXLM_PINGPONG_LANE=$lane STRIXLM_PINGPONG_L2_MB=$mb run check_pingpong 150 python \
+    benchmarks/gpu/check_pingpong.py --sms "$sms"
   STRIXLM_PINGPONG_LANE=$lane STRIXLM_PINGPONG_SMS=$sms STRIXLM_PINGPONG_MIN_ROWS=2 \
-    run e2e_pingpong 240 python benchmarks/gpu/check_e2e.py
-  STRIXLM_PINGPONG_LANE=$lane STRIXLM_PINGPONG_SMS=$sms run syncs_pingpong 120 python \
-    benchmarks/gpu/check_syncs.py --num-requests 256
+    STRIXLM_PINGPONG_L2_MB=$mb run e2e_pingpong 240 python benchmarks/gpu/check_e2e.py
+  STRIXLM_PINGPONG_LANE=$lane STRIXLM_PINGPONG_SMS=$sms STRIXLM_PINGPONG_L2_MB=$mb \
+    run syncs_pingpong 120 python benchmarks/gpu/check_syncs.py --num-requests 256
 }
 
 # pingpongab: the standard workload with the ping-pong on (STRIXLM_PINGPONG_SMS=$PINGPONG_SMS,
 #   default 112; STRIXLM_PINGPONG_CTAS=$PINGPONG_CTAS, default 0; _MIN_ROWS=$PINGPONG_MIN_ROWS,
-#   default 129; _LANE=$PINGPONG_LANE, default green) / off, after a warm-up, alternating,
-#   three pairs (~4 min)
+#   default 129; _LANE=$PINGPONG_LANE, default green; _L2_MB=$PINGPONG_L2_MB, default 0) /
+#   off, after a warm-up, alternating, three pairs (~4 min)
 section_pingpongab() {  # the workload: the SM-partitioned ping-pong on / off, three pairs
   run tp_warm 100 $TP --model qwen3-0.6b
   local i
   for i in 1 2 3; do
     STRIXLM_PINGPONG_SMS=${PINGPONG_SMS:-112} STRIXLM_PINGPONG_CTAS=${PINGPONG_CTAS:-0} \
       STRIXLM_PINGPONG_MIN_ROWS=${PINGPONG_MIN_ROWS:-129} \
-      STRIXLM_PINGPONG_LANE=${PINGPONG_LANE:-green} run "tp_ping_on$i" 100 $TP \
+      STRIXLM_PINGPONG_L2_MB=${PINGPONG_L2_MB:-0} STRIXLM_PINGPONG_LANE=${PINGPONG_LANE:-green} run "tp_ping_on$i" 100 $TP \
       --model qwen3-0.6b --output-json "$OUT/tp_ping_on$i.json"
     run "tp_ping_off$i" 100 $TP --model qwen3-0.6b --output-json "$OUT/tp_ping_off$i.json"
   done
