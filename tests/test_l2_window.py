@@ -31,12 +31,15 @@ def test_window_value_has_the_drivers_layout():
 
 
 class RecordingDriver:
-    def __init__(self, max_persisting: int) -> None:
-        self.max_persisting = max_persisting
+    def __init__(self, max_persisting: int, max_window: int = 128 << 20) -> None:
+        self.max_persisting, self.max_window = max_persisting, max_window
         self.calls: list[tuple] = []
 
     def max_persisting_bytes(self, device_index: int) -> int:
         return self.max_persisting
+
+    def max_window_bytes(self, device_index: int) -> int:
+        return self.max_window
 
     def set_persisting_limit(self, num_bytes: int) -> None:
         self.calls.append(("limit", num_bytes))
@@ -59,5 +62,8 @@ def test_set_aside_is_capped_and_large_windows_persist_a_fraction():
         ("window", 7, 0, 0, 0.0),
     ]
     assert l2.L2Windows(0, 8 << 20, RecordingDriver(30 << 20)).set_aside == 8 << 20
+    small = RecordingDriver(30 << 20, max_window=40 << 20)
+    l2.L2Windows(0, 20 << 20, small).set(7, 0, 100 << 20)  # cut to the largest window
+    assert small.calls[-1] == ("window", 7, 0, 40 << 20, 0.5)
     with pytest.raises(RuntimeError, match="no persisting L2"):
         l2.L2Windows(0, 8 << 20, RecordingDriver(0))

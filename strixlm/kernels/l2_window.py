@@ -21,6 +21,7 @@ import logging
 
 _LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06  # CUlimit
 _ATTR_MAX_PERSISTING_L2_CACHE_SIZE = 108  # CUdevice_attribute
+_ATTR_MAX_ACCESS_POLICY_WINDOW_SIZE = 109
 _STREAM_ATTR_ACCESS_POLICY_WINDOW = 1  # CUlaunchAttributeID / CUstreamAttrID
 NORMAL, STREAMING, PERSISTING = 0, 1, 2  # CUaccessProperty
 
@@ -71,14 +72,18 @@ class Driver:
         if rc != 0:
             raise RuntimeError(f"{what} failed: CUresult {rc}")
 
-    def max_persisting_bytes(self, device_index: int) -> int:
+    def _device_attribute(self, device_index: int, attr: int) -> int:
         dev, value = ctypes.c_int(), ctypes.c_int()
         self._check(self.lib.cuDeviceGet(ctypes.byref(dev), device_index), "cuDeviceGet")
-        rc = self.lib.cuDeviceGetAttribute(
-            ctypes.byref(value), _ATTR_MAX_PERSISTING_L2_CACHE_SIZE, dev
-        )
-        self._check(rc, "cuDeviceGetAttribute(MAX_PERSISTING_L2_CACHE_SIZE)")
+        rc = self.lib.cuDeviceGetAttribute(ctypes.byref(value), attr, dev)
+        self._check(rc, f"cuDeviceGetAttribute({attr})")
         return value.value
+
+    def max_persisting_bytes(self, device_index: int) -> int:
+        return self._device_attribute(device_index, _ATTR_MAX_PERSISTING_L2_CACHE_SIZE)
+
+    def max_window_bytes(self, device_index: int) -> int:
+        return self._device_attribute(device_index, _ATTR_MAX_ACCESS_POLICY_WINDOW_SIZE)
 
     def set_persisting_limit(self, num_bytes: int) -> None:
         rc = self.lib.cuCtxSetLimit(_LIMIT_PERSISTING_L2_CACHE_SIZE, ctypes.c_size_t(num_bytes))
@@ -100,7 +105,8 @@ def driver() -> Driver:
 class L2Windows:
     """Windows over parts of one weight buffer on one stream, with a set-aside of
     `set_aside` bytes (at most the device's own limit). A window larger than the set-aside
-    marks that fraction of its lines persisting, so that they do not evict each other."""
+    marks that fraction of its lines persisting, so that they do not evict each other; one
+    beyond the device's largest window is cut to it."""
 
     def __init__(self, device_index: int, set_aside: int, drv: Driver | None = None) -> None:
         self.drv = drv or driver()
@@ -109,12 +115,14 @@ class L2Windows:
         if self.set_aside <= 0:
             raise RuntimeError(f"device {device_index} has no persisting L2 to set aside")
         self.drv.set_persisting_limit(self.set_aside)
+        self.max_window = self.drv.max_window_bytes(device_index)
         logger.info(
             "L2: %.1f MiB set aside for persisting lines (asked %.1f, the device allows %.1f)",
             self.set_aside / 2**20, set_aside / 2**20, limit / 2**20,
         )  # fmt: skip
 
     def set(self, stream: int, base: int, num_bytes: int) -> None:
+        num_bytes = min(num_bytes, self.max_window)
         self.drv.set_window(stream, base, num_bytes, min(1.0, self.set_aside / num_bytes))
 
     def clear(self, stream: int) -> None:
