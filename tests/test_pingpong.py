@@ -211,13 +211,14 @@ def test_engine_tokens_match_with_the_split(
     assert calls and set(calls) == ({8} if graphs else {num_prompts})
 
 
-class RecordingWindows:
-    """Stands in for the GEMM lane's L2 windows (CUDA only): logs what forward asks."""
+class RecordingWindows(pingpong.WeightWindows):
+    """The GEMM lane's L2 windows with the driver left out (CUDA only): logs the byte
+    ranges forward asks for."""
 
-    def __init__(self, log: list) -> None:
-        self.log = log
+    def __init__(self, packed, log: list) -> None:
+        self.packed, self.log = packed, log
 
-    def set(self, lo: int, hi: int) -> None:
+    def _set(self, lo: int, hi: int) -> None:
         self.log.append((lo, hi))
 
     def clear(self) -> None:
@@ -234,7 +235,11 @@ def test_l2_windows_follow_the_gemm_lanes_reads(tiny_qwen3_dir, monkeypatch):
     monkeypatch.setattr(pingpong, "MIN_ROWS", 4)
     monkeypatch.setattr(pingpong, "L2_MB", 64)
     log: list = []
-    monkeypatch.setattr(pingpong, "weight_windows", lambda model, lanes: RecordingWindows(log))
+    monkeypatch.setattr(
+        pingpong,
+        "weight_windows",
+        lambda model, lanes: RecordingWindows(model.pingpong_weights, log),
+    )
     llm = LLM(tiny_qwen3_dir, **kwargs)
     packed = llm.engine.core.runner.model.pingpong_weights
     assert greedy(llm, 6) == want

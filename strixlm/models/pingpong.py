@@ -169,17 +169,24 @@ _L2: dict[int, L2Windows] = {}
 
 
 class WeightWindows:
-    """The GEMM lane's L2 windows over the packed weights: set(lo, hi) marks bytes [lo, hi)
-    of the buffer persisting for the launches queued after it; clear() ends that."""
+    """The GEMM lane's L2 windows over the packed weights, each holding for the launches
+    queued after it: first() over the first layer's qkv, after(i) over what the lane reads
+    after layer i's attention (o_proj .. the next qkv); clear() ends them."""
 
     def __init__(self, packed: PackedWeights, stream: torch.cuda.Stream) -> None:
         index = packed.buffer.device.index or 0
         if index not in _L2:
             _L2[index] = L2Windows(index, L2_MB << 20)
-        self.l2, self.base, self.stream = _L2[index], packed.base, stream.cuda_stream
+        self.l2, self.packed, self.stream = _L2[index], packed, stream.cuda_stream
 
-    def set(self, lo: int, hi: int) -> None:
-        self.l2.set(self.stream, self.base + lo, hi - lo)
+    def _set(self, lo: int, hi: int) -> None:
+        self.l2.set(self.stream, self.packed.base + lo, hi - lo)
+
+    def first(self) -> None:
+        self._set(*self.packed.qkv[0])
+
+    def after(self, layer: int) -> None:
+        self._set(*self.packed.chunk(layer))
 
     def clear(self) -> None:
         self.l2.clear(self.stream)
@@ -252,12 +259,11 @@ def forward(model, input_ids: torch.Tensor, positions: torch.Tensor, md) -> torc
     ]
     lanes = Lanes(input_ids.device, SMS)
     windows = weight_windows(model, lanes)
-    packed = getattr(model, "pingpong_weights", None)
     lanes.fork()
     layers = model.layers
     try:
         if windows is not None:
-            windows.set(*packed.qkv[0])
+            windows.first()
         for s in halves:
             s.projected, s.residual = layers[0].pre(s.positions, s.x, None, s.md)
             s.ready = lanes.mark(on_attn=False)
@@ -268,7 +274,7 @@ def forward(model, input_ids: torch.Tensor, positions: torch.Tensor, md) -> torc
                     s.out = layer.self_attn.attend(s.projected, s.md)
                     s.done = lanes.mark(on_attn=True)
             if windows is not None:  # both halves read the same weights: keep them for B
-                windows.set(*packed.chunk(i))
+                windows.after(i)
             for s in halves:
                 lanes.wait(s.done, on_attn=False)
                 s.x, s.residual = layer.post(s.out, s.residual)
