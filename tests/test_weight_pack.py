@@ -35,6 +35,7 @@ def test_packing_keeps_values_and_orders_the_lanes_reads(tiny_qwen3_dir):
         qkv, o, gu, down = after[4 * i : 4 * i + 4]
         assert packed.qkv[i] == (starts[4 * i], starts[4 * i] + qkv.numel() * size)
         assert packed.post[i] == (starts[4 * i + 1], starts[4 * i + 3] + down.numel() * size)
+        assert packed.layer(i) == (packed.qkv[i][0], packed.post[i][1])
         lo, hi = packed.chunk(i)
         assert lo == packed.post[i][0]
         assert hi == (packed.qkv[i + 1][1] if i + 1 < n else packed.post[i][1])

@@ -36,6 +36,10 @@ class PackedWeights:
     def base(self) -> int:
         return self.buffer.data_ptr()
 
+    def layer(self, layer: int) -> tuple[int, int]:
+        """All four of a layer's weights: its qkv's start to its down's end."""
+        return self.qkv[layer][0], self.post[layer][1]
+
     def chunk(self, layer: int) -> tuple[int, int]:
         """Bytes a half-batch's GEMMs read after layer `layer`'s attention: its o_proj,
         gate_up and down, and the next layer's qkv (none after the last)."""

@@ -152,8 +152,11 @@ section_pingpong() {  # the SM-partitioned ping-pong per decode step, four setti
 #   GEMMs (STRIXLM_PINGPONG_L2_MB: 24 and 40 MB set aside, capped at the device's limit;
 #   the weights packed in the GEMM lane's order), against the ping-pong without it and off,
 #   per decode step at 136-256 rows, on $PINGPONG_SMS SMs (default 112) of the
-#   $PINGPONG_LANE lane (default green); ~1 min a run, ~4.5 min
+#   $PINGPONG_LANE lane (default green); ~1 min a run. First probe_l2_window.py (~1 min):
+#   whether a window keeps a layer's weights past 512 MB of other reads at all, eagerly
+#   and in a graph (~5.5 min in all)
 section_pingl2() {  # the ping-pong's weights kept in L2 for the second half, two set-asides
+  run probe_l2_window 120 python benchmarks/gpu/probe_l2_window.py --json "$OUT/l2window.json"
   local v label sms=${PINGPONG_SMS:-112} on mb
   for v in off:0:0 ping:1:0 l2m24:1:24 l2m40:1:40; do
     IFS=: read -r label on mb <<< "$v"
