@@ -123,12 +123,19 @@ def main() -> None:
         fn()  # compile and warm
         torch.cuda.synchronize()
         results[f"{name}_eager_ms"] = median_ms(fn)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            fn()
-        results[f"{name}_graph_ms"] = median_ms(g.replay)
+        try:  # windows set between launches during capture: does the driver allow it?
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                fn()
+            results[f"{name}_graph_ms"] = median_ms(g.replay)
+        except Exception as e:
+            results[f"{name}_graph_error"] = f"{type(e).__name__}: {e}"
+            print(f"{name}: graph capture failed: {results[f'{name}_graph_error']}")
+            l2.clear(stream.cuda_stream)
     layer_bytes = packed.layer(0)[1] - packed.layer(0)[0]
     for mode in ("eager", "graph"):
+        if f"plain_{mode}_ms" not in results or f"window_{mode}_ms" not in results:
+            continue
         saved = results[f"plain_{mode}_ms"] - results[f"window_{mode}_ms"]
         results[f"saved_{mode}_us_per_layer"] = 1e3 * saved / LAYERS
         print(
