@@ -42,15 +42,28 @@ def test_union_length_counts_overlaps_once():
 
 
 def test_account_per_stream_and_overlap():
-    streams, any_busy, span = lane_account.account(lane_account.gpu_events(two_lane_trace()))
-    assert set(streams) == {7, 20}
-    a, g = streams[7], streams[20]
+    acc = lane_account.account(lane_account.gpu_events(two_lane_trace()))
+    assert set(acc.streams) == {7, 20}
+    a, g = acc.streams[7], acc.streams[20]
     assert a.busy_us == pytest.approx(2 * 65) and a.attention_us == pytest.approx(2 * 60)
     assert g.busy_us == pytest.approx(2 * 40) and g.attention_us == 0
     assert a.launches == 6 and g.launches == 4
-    # Union per step: 0-70, 75-85, 90-95 = 85 us; overlap = 65 + 40 - 85 = 20 (40-60).
-    assert any_busy == pytest.approx(2 * 85)
-    assert span == pytest.approx(195)
+    # Union per step: 0-70, 75-85, 90-95 = 85 us. By kind: attention 0-60, other (GEMMs
+    # and the memset) 40-70, 75-85, 90-95 = 45; attention and other at once 40-60 = 20.
+    assert acc.any_busy_us == pytest.approx(2 * 85)
+    assert acc.span_us == pytest.approx(195)
+    assert acc.attention_us == pytest.approx(2 * 60) and acc.other_us == pytest.approx(2 * 45)
+    assert acc.overlap_us == pytest.approx(2 * 20)
+
+
+def test_overlap_by_kind_survives_one_stream_for_everything():
+    """A graph replay's kernels filed under one stream: the by-kind overlap still shows."""
+    trace = two_lane_trace()
+    for ev in trace["traceEvents"]:
+        ev.get("args", {})["stream"] = 7
+    acc = lane_account.account(lane_account.gpu_events(trace))
+    assert set(acc.streams) == {7}
+    assert acc.overlap_us == pytest.approx(2 * 20)
 
 
 def test_report_lines_per_step(tmp_path, capsys):
