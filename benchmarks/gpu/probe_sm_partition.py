@@ -68,14 +68,24 @@ def engine_attention(q, cache, md, out, order, max_ctx: int, sms: int, timing=No
     )  # fmt: skip
 
 
-def sms_used(stream, q, cache, md, out, order, max_ctx: int, sms: int) -> int:
+def sms_used(stream, q, cache, md, out, order, max_ctx: int, sms: int, graph=False) -> int:
     """Distinct SMs one attention launch on `stream` ran on (its programs' SM ids): whether
-    a green context confines it as asked."""
+    a green context confines it as asked. graph: the launch captured in a CUDA graph (forked
+    from the capturing stream, as the engine's ping-pong is) and replayed, since a graph's
+    nodes might not keep the green context of the stream they were captured from."""
     timing = torch.full((cache.shape[3] * sms * 16 * 4,), -1, dtype=torch.int64, device="cuda")
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        engine_attention(q, cache, md, out, order, max_ctx, sms, timing)
-    torch.cuda.current_stream().wait_stream(stream)
+
+    def launch() -> None:
+        with torch.cuda.stream(stream):
+            engine_attention(q, cache, md, out, order, max_ctx, sms, timing)
+
+    if graph:
+        captured(launch, [stream]).replay()
+    else:
+        stream.wait_stream(torch.cuda.current_stream())
+        launch()
+        torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
     ids = timing.view(-1, 4)[:, 2]
     return int(torch.unique(ids[ids >= 0]).numel())
 
@@ -219,6 +229,9 @@ def main() -> None:
                 g = captured(both, [s_attn, plain])
                 row["both_graph_ms"] = timed_ms(g.replay, [])
                 print(f"    captured in a CUDA graph: {row['both_graph_ms']:.3f} ms")
+                args_ = (q, cache, md, out, order, max(ctxs), n)
+                row["distinct_sms_graph"] = sms_used(s_attn, *args_, graph=True)
+                print(f"    in a graph replay its programs ran on {row['distinct_sms_graph']} SMs")
             except Exception as e:  # said once; the other SM counts run eagerly only
                 capture_ok = False
                 row["graph_error"] = f"{type(e).__name__}: {e}"
