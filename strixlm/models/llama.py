@@ -225,7 +225,7 @@ class LlamaForCausalLM(nn.Module):
         return [layer.self_attn for layer in self.layers]
 
     def forward(self, input_ids, positions, md: AttentionMetadata) -> torch.Tensor:
-        if pingpong.applies(md, input_ids.shape[0]) and isinstance(self.layers[0], DecoderLayer):
+        if pingpong.applies(md, input_ids.shape[0]) and pingpong.splittable(self):
             return pingpong.forward(self, input_ids, positions, md)
         x = self.embed_tokens(input_ids)
         residual = None

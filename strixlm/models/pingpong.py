@@ -154,15 +154,17 @@ def half_metadata(md: AttentionMetadata, lo: int, hi: int) -> AttentionMetadata:
 def prepare_model(model) -> None:
     """After loading: with the L2 window on, pack the decoder layers' projection weights in
     the GEMM lane's order (before any graph records their pointers)."""
-    if SMS > 0 and L2_MB > 0 and _splittable(model):
+    if SMS > 0 and L2_MB > 0 and splittable(model):
         model.pingpong_weights = pack_layer_weights(list(model.layers))
 
 
-def _splittable(model) -> bool:
+def splittable(model) -> bool:
+    """Whether forward can split the model: Llama-family decoder layers (pre / attend /
+    post). A model's layers are all of one class."""
     from strixlm.models.llama import DecoderLayer  # llama imports this module
 
     layers = getattr(model, "layers", None)
-    return bool(layers) and all(isinstance(layer, DecoderLayer) for layer in layers)
+    return bool(layers) and isinstance(layers[0], DecoderLayer)
 
 
 _L2: dict[int, L2Windows] = {}
