@@ -26,14 +26,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
+from graph_timing import batch_times_ms, replay_time_us  # noqa: E402
 
 from strixlm.kernels.l2_window import L2Windows  # noqa: E402
 from strixlm.layers.linear import Linear  # noqa: E402
@@ -63,18 +64,6 @@ def make_layers(n: int = LAYERS, device: str = "cuda") -> list[SimpleNamespace]:
             )
         )
     return layers
-
-
-def median_ms(fn, reps: int = 20) -> float:
-    times = []
-    for _ in range(reps + 3):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times[3:])
 
 
 def main() -> None:
@@ -122,12 +111,12 @@ def main() -> None:
     for name, fn in cases.items():
         fn()  # compile and warm
         torch.cuda.synchronize()
-        results[f"{name}_eager_ms"] = median_ms(fn)
+        results[f"{name}_eager_ms"] = sorted(batch_times_ms(fn, reps=10))[1]
         try:  # windows set between launches during capture: does the driver allow it?
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
                 fn()
-            results[f"{name}_graph_ms"] = median_ms(g.replay)
+            results[f"{name}_graph_ms"] = replay_time_us(g, reps=10) / 1e3
         except Exception as e:
             results[f"{name}_graph_error"] = f"{type(e).__name__}: {e}"
             print(f"{name}: graph capture failed: {results[f'{name}_graph_error']}")
