@@ -6,7 +6,7 @@ Each log's "##### batch B: X ms/step" lines give its step time at batch B; the t
 row per batch and a column per log (its file name without .log), each a time and its ratio
 to the first log's at that batch (below 1: faster). Where the logs have profile_step's
 "##### lanes" lines, a second table gives each step's GPU time as attention / other
-kernels / both lanes busy at once. Used by remeasure's pingpong section.
+kernels / both busy at once.
 """
 
 from __future__ import annotations

@@ -8,10 +8,10 @@ TRACE.json is a torch.profiler chrome trace (`prof.export_chrome_trace`). Its GP
 kernels' intervals, of the other kernels', and "overlap", the time both ran at once. By the
 stream each ran on: its busy time and attention's share. Divided by --steps, each is per
 step. (Kernels replayed from a CUDA graph may all be filed under the stream the graph was
-launched on; the by-kind figures do not depend on that.) For the ping-pong
-(models/pingpong.py) this says whether the GEMM lane ran under attention, and whether
-attention slowed on its share of the SMs: compare the attention time with the same step's
-off. profile_step.py prints it for every batch.
+launched on; the by-kind figures do not depend on that.) On one stream with programmatic
+dependent launch, "overlap" also counts a kernel launched early and waiting on the one
+before it (~2 ms a 256-row step on an H100), so compare it between runs, not with zero.
+profile_step.py prints it for every batch.
 """
 
 from __future__ import annotations

@@ -4,11 +4,9 @@ CUDA too, for A/B checks)."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib.util
 import os
-from collections.abc import Iterator
 
 import torch
 
@@ -31,36 +29,6 @@ def _cuda_sm_count(index: int) -> int:
 def sm_count(device: torch.device) -> int:
     """The SM count of a CUDA device (an index-less device means the current one)."""
     return _cuda_sm_count(device.index if device.index is not None else torch.cuda.current_device())
-
-
-# SMs the attention kernels size their grids and splits for, and the persistent grid's
-# programs an SM (0: its default), when a green context confines them to part of the GPU
-# (models/pingpong.py); None: the whole device.
-_ATTENTION_SMS: int | None = None
-_ATTENTION_CTAS = 0
-
-
-@contextlib.contextmanager
-def attention_sm_budget(sms: int, ctas_per_sm: int = 0) -> Iterator[None]:
-    """Attention launches inside pick their configs and grids for `sms` SMs, the persistent
-    grid with ctas_per_sm programs an SM (0: its default)."""
-    global _ATTENTION_SMS, _ATTENTION_CTAS
-    saved = _ATTENTION_SMS, _ATTENTION_CTAS
-    _ATTENTION_SMS, _ATTENTION_CTAS = sms, ctas_per_sm
-    try:
-        yield
-    finally:
-        _ATTENTION_SMS, _ATTENTION_CTAS = saved
-
-
-def attention_sms() -> int | None:
-    """The SM budget set by attention_sm_budget, or None (the whole device)."""
-    return _ATTENTION_SMS
-
-
-def attention_ctas() -> int:
-    """The persistent grid's programs an SM set by attention_sm_budget, or 0 (its default)."""
-    return _ATTENTION_CTAS
 
 
 @functools.cache

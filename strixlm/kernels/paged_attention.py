@@ -34,8 +34,7 @@ import torch
 
 from strixlm.kernels import paged_decode_fp8 as fp8_mma
 from strixlm.kernels.attn_tiles import per_block_tiles
-from strixlm.kernels.decode_tail import tail_config
-from strixlm.kernels.dispatch import attention_sms, sm_count
+from strixlm.kernels.dispatch import sm_count
 from strixlm.kernels.env_knobs import env_float, env_int, env_ints
 from strixlm.kernels.kv_write import FP8_DTYPE, HAS_TRITON
 from strixlm.kernels.pdl import EARLY_LOADS, pdl_enabled
@@ -140,25 +139,15 @@ def _pow2(n: int) -> int:
 
 
 def num_sms(device: torch.device) -> int:
-    """SMs the grid is sized for: attention_sm_budget's, else the device's (an H200's 132
-    off CUDA, where only the heuristic under the interpreter reads it)."""
-    budget = attention_sms()
-    if budget is not None:
-        return budget
-    return sm_count(device) if device.type == "cuda" else 132
+    if device.type != "cuda":
+        return 132  # H200; only used by the heuristic under the interpreter
+    return sm_count(device)
 
 
 def choose_num_splits(
-    num_seqs: int,
-    num_kv_heads: int,
-    max_query_len: int,
-    max_seq_len: int,
-    tile: int,
-    sms: int,
-    ctas_per_sm: float | None = None,
+    num_seqs: int, num_kv_heads: int, max_query_len: int, max_seq_len: int, tile: int, sms: int
 ) -> int:
-    """KV segments per sequence: > 1 when decode-like programs would leave SMs idle, until
-    ctas_per_sm (None: SPLIT_TARGET_CTAS_PER_SM) programs an SM.
+    """KV segments per sequence: > 1 when decode-like programs would leave SMs idle.
 
     Host ints only (under graph capture max_seq_len is the padded upper bound), so the
     choice is fixed per captured shape. Segments are kept >= SPLIT_MIN_TOKENS_PER_SEG
@@ -169,7 +158,7 @@ def choose_num_splits(
     if DECODE_SPLITS > 0:
         return DECODE_SPLITS
     base = max(1, num_seqs * num_kv_heads)
-    target = max(1, int(sms * (ctas_per_sm or SPLIT_TARGET_CTAS_PER_SM)))
+    target = max(1, int(sms * SPLIT_TARGET_CTAS_PER_SM))
     if base >= target:
         return 1
     by_len = max(1, max_seq_len // max(tile, SPLIT_MIN_TOKENS_PER_SEG))
@@ -232,13 +221,9 @@ def select_config(
                 num_splits, ctas = 1, MID_GRID_CTAS
                 cfg = replace(cfg, tile=MID_GRID_TILE)
         else:
-            tail = tail_config(max_query_len, dp, fp8)
-            if tail is not None:
-                cfg = replace(cfg, tile=tail[0])
             num_splits = choose_num_splits(
-                num_seqs, num_kv_heads, max_query_len, max_seq_len, cfg.tile, sms,
-                tail[1] if tail is not None else None,
-            )  # fmt: skip
+                num_seqs, num_kv_heads, max_query_len, max_seq_len, cfg.tile, sms
+            )
     else:
         persistent = num_splits <= 1 and use_persistent(num_seqs, num_kv_heads, max_query_len, sms)
     return AttnConfig(

@@ -35,7 +35,6 @@ import os
 import torch
 
 from strixlm.kernels.attn_tiles import per_block_tiles
-from strixlm.kernels.dispatch import attention_ctas
 from strixlm.kernels.env_knobs import env_float, env_int
 from strixlm.kernels.kv_write import FP8_DTYPE, HAS_TRITON
 from strixlm.kernels.paged_attention import (
@@ -214,9 +213,9 @@ def persistent_programs(
 
 def full_grid(num_kv_heads: int, sms: int, ctas_per_sm: int | None = None) -> int:
     """Programs per kv head of a full grid, uncapped by the batch: ctas_per_sm (None or 0:
-    attention_sm_budget's, else PERSISTENT_CTAS_PER_SM) per SM in all. Batches are sized
-    against it in sequences a program."""
-    ctas = ctas_per_sm or attention_ctas() or PERSISTENT_CTAS_PER_SM
+    PERSISTENT_CTAS_PER_SM) per SM in all. Batches are sized against it in sequences a
+    program."""
+    ctas = ctas_per_sm or PERSISTENT_CTAS_PER_SM
     return max(1, (sms * ctas) // max(1, num_kv_heads))
 
 

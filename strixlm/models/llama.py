@@ -11,7 +11,6 @@ which sums them in its own kernel. Called on their own, Attention and MLP return
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -23,7 +22,6 @@ from strixlm.layers.linear import Linear
 from strixlm.layers.norm import RMSNorm
 from strixlm.layers.rotary import RotaryEmbedding
 from strixlm.layers.splitk_partials import SplitKPartials
-from strixlm.models import pingpong
 
 
 def rope_settings(cfg) -> tuple[float, dict | None]:
@@ -34,17 +32,6 @@ def rope_settings(cfg) -> tuple[float, dict | None]:
     if scaling is None and legacy and legacy.get("rope_type", legacy.get("type")) != "default":
         scaling = dict(legacy, rope_type=legacy.get("rope_type", legacy.get("type")))
     return float(theta), scaling
-
-
-@dataclass
-class Projected:
-    """An attention layer's projections, ready for attend: q, k, v after q/k norm and
-    rotary, or raw with the fused launch (prologue) that norms, rotates and writes them."""
-
-    q: torch.Tensor
-    k: torch.Tensor
-    v: torch.Tensor
-    prologue: object | None = None
 
 
 class Attention(nn.Module):
@@ -78,39 +65,35 @@ class Attention(nn.Module):
         partials: bool = False,
     ) -> torch.Tensor | SplitKPartials:
         """partials: the output may be o_proj's split-K partials (for an RMSNorm consumer)."""
-        return self.project_out(self.attend(self.project(positions, x, md), md), partials)
+        t = x.shape[0]
+        o = self._project_and_attend(positions, x, md).reshape(t, self.q_size)
+        return self.o_proj.forward_partials(o) if partials else self.o_proj(o)
 
-    def project(self, positions: torch.Tensor, x: torch.Tensor, md: AttentionMetadata) -> Projected:
-        """qkv projection, then q/k norm + rotary where they do not ride in the attention
-        launch (the fused prologue, which also writes K/V, runs in attend)."""
+    def _project_and_attend(
+        self, positions: torch.Tensor, x: torch.Tensor, md: AttentionMetadata
+    ) -> torch.Tensor:
+        """qkv projection, q/k norm + rotary (fused where it can be), attention."""
         t = x.shape[0]
         qkv = self.qkv_proj(x)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(t, self.num_heads, self.head_dim)
         k = k.view(t, self.num_kv_heads, self.head_dim)
         v = v.view(t, self.num_kv_heads, self.head_dim)
+        prologue = None  # the q/k norm + rotary + K/V write, left to the attention backend
         if self.qk_norm and self._fuse_qk_norm_rope(q):
             if self._fuse_kv_write(q):
                 # One launch that also writes K/V, which the backend runs (inside its decode
                 # kernel where that is opted in).
-                return Projected(q, k, v, self._qk_norm_rope_write(positions, k, v, md))
-            self._qk_norm_rope_inplace(positions, q, k)
+                prologue = self._qk_norm_rope_write(positions, k, v, md)
+            else:
+                self._qk_norm_rope_inplace(positions, q, k)
         elif self.qk_norm:
             q, k = self.rotary(positions, self.q_norm(q), self.k_norm(k))
         else:
             q, k = self.rotary(positions, q, k)
-        return Projected(q, k, v)
-
-    def attend(self, p: Projected, md: AttentionMetadata) -> torch.Tensor:
-        """The K/V write and attention of project's output: [T, q_size]."""
-        if p.prologue is not None:
-            o = self.attn.attend(p.q, self.kv_cache, md, qk_prologue=p.prologue)
-        else:
-            o = self.attn.forward(p.q, p.k, p.v, self.kv_cache, md)
-        return o.reshape(p.q.shape[0], self.q_size)
-
-    def project_out(self, o: torch.Tensor, partials: bool) -> torch.Tensor | SplitKPartials:
-        return self.o_proj.forward_partials(o) if partials else self.o_proj(o)
+        if prologue is not None:
+            return self.attn.attend(q, self.kv_cache, md, qk_prologue=prologue)
+        return self.attn.forward(q, k, v, self.kv_cache, md)
 
     def _fuse_qk_norm_rope(self, q: torch.Tensor) -> bool:
         """q_norm, k_norm and rotary as one in-place launch: where all three would run Triton
@@ -174,25 +157,12 @@ class DecoderLayer(nn.Module):
     ) -> tuple[torch.Tensor | SplitKPartials, torch.Tensor]:
         """x: the embedding (residual None) or the previous layer's MLP output, which may be
         partials; so may the returned MLP output. Only RMSNorms with a residual take them."""
-        p, residual = self.pre(positions, x, residual, md)
-        return self.post(self.self_attn.attend(p, md), residual)
-
-    def pre(
-        self, positions, x: torch.Tensor | SplitKPartials, residual: torch.Tensor | None, md
-    ) -> tuple[Projected, torch.Tensor]:
-        """What runs before attention: the input norm and the projections."""
         if residual is None:
             residual = x
             x = self.input_layernorm(x)
         else:
             x, residual = self.input_layernorm(x, residual)
-        return self.self_attn.project(positions, x, md), residual
-
-    def post(
-        self, o: torch.Tensor, residual: torch.Tensor
-    ) -> tuple[torch.Tensor | SplitKPartials, torch.Tensor]:
-        """What runs after attention: o_proj, the post-attention norm and the MLP."""
-        x = self.self_attn.project_out(o, partials=True)
+        x = self.self_attn(positions, x, md, partials=True)
         x, residual = self.post_attention_layernorm(x, residual)
         return self.mlp(x, partials=True), residual
 
@@ -225,8 +195,6 @@ class LlamaForCausalLM(nn.Module):
         return [layer.self_attn for layer in self.layers]
 
     def forward(self, input_ids, positions, md: AttentionMetadata) -> torch.Tensor:
-        if pingpong.applies(md, input_ids.shape[0]) and pingpong.splittable(self):
-            return pingpong.forward(self, input_ids, positions, md)
         x = self.embed_tokens(input_ids)
         residual = None
         for layer in self.layers:

@@ -12,7 +12,6 @@ from torch import nn
 from tqdm import tqdm
 
 from strixlm.layers.attention.backend import AttentionBackend
-from strixlm.models import pingpong
 from strixlm.models.registry import get_model_class
 
 
@@ -69,5 +68,4 @@ def load_model(
         missing = {n for n, _ in model.named_parameters()} - loaded
         if missing:
             raise ValueError(f"checkpoint lacks {len(missing)} tensors, e.g. {sorted(missing)[:3]}")
-    pingpong.prepare_model(model)  # the L2 window's weight packing, where it is on
     return model.eval()
