@@ -9,13 +9,13 @@ from dataclasses import replace
 
 import pytest
 import torch
+from attention_inputs import one_prompt_metadata
 from test_correctness_hf import GREEDY, SMALL_KV, check_against_hf, encode, hf_reference
 from transformers import AutoConfig, AutoModelForCausalLM, Qwen3MoeConfig
 from transformers import Qwen3MoeForCausalLM as HFQwen3Moe
 from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
 
 from strixlm.entrypoints.llm import LLM
-from strixlm.layers.attention.metadata import AttentionMetadata
 from strixlm.layers.attention.torch_paged import TorchPagedAttention
 from strixlm.models.loader import load_model
 from strixlm.models.qwen3_moe import Qwen3MoeForCausalLM, Qwen3MoeSparseBlock
@@ -102,28 +102,12 @@ def test_feed_forward_matches_hf(hf_model, our_model, layer):
     torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
 
 
-def _prefill_metadata(num_tokens: int, block_size: int) -> AttentionMetadata:
-    blocks = -(-num_tokens // block_size)
-    return AttentionMetadata(
-        num_tokens=num_tokens,
-        query_start_loc=torch.tensor([0, num_tokens], dtype=torch.int32),
-        seq_lens=torch.tensor([num_tokens], dtype=torch.int32),
-        block_table=torch.arange(1, blocks + 1, dtype=torch.int32)[None],
-        slot_mapping=torch.arange(block_size, block_size + num_tokens),
-        query_start_loc_cpu=[0, num_tokens],
-        query_lens_cpu=[num_tokens],
-        seq_lens_cpu=[num_tokens],
-        max_query_len=num_tokens,
-        max_seq_len=num_tokens,
-    )
-
-
 def test_prompt_logits_match_hf(hf_model, our_model, refs):
     """Logits at every position of the longest prompt, against HF's forward."""
     prompts, _ = refs
     ids = max(prompts, key=len)
     block_size = 16
-    md = _prefill_metadata(len(ids), block_size)
+    md = one_prompt_metadata(len(ids), block_size)
     for attn in our_model.attention_layers():
         attn.kv_cache = torch.zeros(
             2, md.block_table.shape[1] + 1, block_size, attn.num_kv_heads, attn.head_dim

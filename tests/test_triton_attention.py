@@ -445,9 +445,9 @@ def test_split_heuristic():
 
 @pytest.mark.parametrize("num_splits", [1, 2, 4])
 def test_tiles_with_short_segments(num_splits):
-    """One-query decodes at 64-token tiles over 4-token blocks,
-    segments down to under a tile (a 37-token context in 4 segments), and the decode
-    graphs' padding (one-token rows past the real ones)."""
+    """One-query decodes at 64-token tiles over 4-token blocks, segments down to under a
+    tile (a 37-token context in 4 segments), and the decode graphs' padding (one-token rows
+    past the real ones)."""
     rows = [(36, 1), (99, 1), (0, 1), (63, 1), (64, 1)]
     b = Batch(rows, 4, 2, 32, 4, torch.float32, seed=11)
     cache = b.kv_cache.clone()

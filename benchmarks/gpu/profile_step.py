@@ -87,8 +87,8 @@ def main() -> None:
 
 
 def lanes_of(prof, steps: int, label: str) -> list[str]:
-    """The profiled steps' GPU time stream by stream (lane_account.py): with the ping-pong
-    on, whether its lanes overlapped and what attention cost on its share of the SMs."""
+    """The profiled steps' GPU time by kernel kind and stream (lane_account.py): attention,
+    the other kernels, and the time both ran at once."""
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "trace.json")
         prof.export_chrome_trace(path)
