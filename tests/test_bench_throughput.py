@@ -199,3 +199,10 @@ def test_copy_bandwidth_is_the_best_of_several_buffer_pairs(monkeypatch):
     assert memory_floor.measure_copy_bandwidth("cuda") == 10.0 and len(calls) == 8
     rates, calls[:] = iter([3.0, 9.0]), []
     assert memory_floor.measure_copy_bandwidth("cuda", trials=2) == 9.0 and len(calls) == 2
+
+
+def test_bandwidth_prints_with_its_precision() -> None:
+    """An H100's ~3.00 TB/s copy must not print as "3 TB/s", nor a CPU's as "0.01 TB/s"."""
+    assert throughput.format_bandwidth(3_002_432_277_930.0) == "3.00 TB/s"
+    assert throughput.format_bandwidth(4.2149e12) == "4.21 TB/s"
+    assert throughput.format_bandwidth(12.34e9) == "12.3 GB/s"
