@@ -21,58 +21,59 @@ LANES = re.compile(
 )
 
 
-def step_times(text: str) -> dict[int, float]:
-    """Batch -> ms/step, from a profile_step.py log."""
+def _by_batch(text: str, pattern: re.Pattern, value) -> dict:
+    """Batch (the pattern's first group) -> value(match), over the log's matching lines."""
     out = {}
     for line in text.splitlines():
-        m = STEP.match(line.strip())
-        if m:
-            out[int(m.group(1))] = float(m.group(2))
+        if m := pattern.match(line.strip()):
+            out[int(m.group(1))] = value(m)
     return out
+
+
+def step_times(text: str) -> dict[int, float]:
+    """Batch -> ms/step, from a profile_step.py log."""
+    return _by_batch(text, STEP, lambda m: float(m.group(2)))
 
 
 def lane_times(text: str) -> dict[int, tuple[float, float, float]]:
     """Batch -> (attention, other, overlap) ms/step, from profile_step.py's lanes lines."""
-    out = {}
-    for line in text.splitlines():
-        m = LANES.match(line.strip())
-        if m:
-            out[int(m.group(1))] = (float(m.group(3)), float(m.group(4)), float(m.group(2)))
-    return out
+    return _by_batch(
+        text, LANES, lambda m: (float(m.group(3)), float(m.group(4)), float(m.group(2)))
+    )
+
+
+def _grid(runs: dict[str, dict], cell) -> list[str]:
+    """A header of log names, then a row per batch: cell(log name, batch) in each column."""
+    names = list(runs)
+    batches = sorted({b for per_batch in runs.values() for b in per_batch})
+    lines = ["batch " + "".join(f"{n:>22s}" for n in names)]
+    for b in batches:
+        lines.append(f"{b:5d} " + "".join(f"{cell(n, b):>22s}" for n in names))
+    return lines
 
 
 def lane_table(runs: dict[str, dict[int, tuple[float, float, float]]]) -> list[str]:
     """GPU time a step: attention / other kernels / both lanes busy at once, per log."""
-    names = list(runs)
-    batches = sorted({b for lanes in runs.values() for b in lanes})
-    lines = ["attention / other / overlap, ms a step (lane_account.py)"]
-    lines.append("batch " + "".join(f"{n:>22s}" for n in names))
-    for b in batches:
-        cells = []
-        for n in names:
-            v = runs[n].get(b)
-            cells.append("-" if v is None else f"{v[0]:.3f}/{v[1]:.3f}/{v[2]:.3f}")
-        lines.append(f"{b:5d} " + "".join(f"{c:>22s}" for c in cells))
-    return lines
+
+    def cell(name: str, b: int) -> str:
+        v = runs[name].get(b)
+        return "-" if v is None else f"{v[0]:.3f}/{v[1]:.3f}/{v[2]:.3f}"
+
+    return ["attention / other / overlap, ms a step (lane_account.py)", *_grid(runs, cell)]
 
 
 def table(runs: dict[str, dict[int, float]]) -> list[str]:
-    names = list(runs)
-    base = runs[names[0]]
-    batches = sorted({b for times in runs.values() for b in times})
-    lines = ["batch " + "".join(f"{n:>22s}" for n in names)]
-    for b in batches:
-        cells = []
-        for n in names:
-            t = runs[n].get(b)
-            if t is None:
-                cells.append(f"{'-':>22s}")
-            elif b in base and base[b] > 0:
-                cells.append(f"{t:10.3f} ms (x{t / base[b]:.3f})")
-            else:
-                cells.append(f"{t:10.3f} ms         ")
-        lines.append(f"{b:5d} " + "".join(f"{c:>22s}" for c in cells))
-    return lines
+    base = runs[next(iter(runs))]
+
+    def cell(name: str, b: int) -> str:
+        t = runs[name].get(b)
+        if t is None:
+            return "-"
+        if base.get(b, 0) > 0:
+            return f"{t:10.3f} ms (x{t / base[b]:.3f})"
+        return f"{t:10.3f} ms         "
+
+    return _grid(runs, cell)
 
 
 def main(paths: list[str]) -> None:

@@ -67,9 +67,9 @@ class Account:
 
     @property
     def overlap_us(self) -> float:
-        """Attention and other kernels at once: the ping-pong's GEMMs under attention.
-        Counted by kernel kind, not stream, so kernels replayed from a CUDA graph count
-        whatever stream the profiler files them under."""
+        """Attention and other kernels at once. Counted by kernel kind, not stream, so
+        kernels replayed from a CUDA graph count whatever stream the profiler files them
+        under."""
         return self.attention_us + self.other_us - self.any_busy_us
 
 
