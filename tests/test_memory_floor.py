@@ -17,7 +17,13 @@ from transformers import (
     Qwen3MoeForCausalLM,
 )
 
-from strixlm.benchmarks.memory_floor import expected_experts, model_shape, workload_floor
+from strixlm.benchmarks.memory_floor import (
+    expected_experts,
+    model_shape,
+    schedule_loads,
+    step_bytes,
+    workload_floor,
+)
 
 # The schedule of test_bench_throughput.test_floor_one_slot_by_hand: one slot, budget 4,
 # requests (3 in, 2 out) and (2 in, 3 out). Steps: prefill A (3 tokens), decode A (1),
@@ -116,6 +122,26 @@ def test_hybrid_floor_by_hand():
     assert f["kv_read_bytes"] == 11 * 16 and f["kv_write_bytes"] == 8 * 16
     assert f["bytes"] == pytest.approx(5 * fixed + 1200 + 176 + 128 + 192 + 320)
     assert f["floor_s"] == pytest.approx(f["bytes"])
+
+
+@pytest.mark.parametrize("cfg", [MOE, HYBRID], ids=["moe", "hybrid"])
+def test_step_bytes_sum_to_the_floor(cfg):
+    # The per-step split profile_run.py sets beside measured steps adds up to the floor.
+    loads = schedule_loads(REQUESTS, 1, 4)
+    per_step = step_bytes(model_shape(cfg), 2, 2, loads)
+    assert [s.tokens for s in loads] == STEP_TOKENS
+    f = workload_floor(cfg, 2, 2, REQUESTS, 1, bandwidth=1.0, max_num_batched_tokens=4)
+    assert per_step.sum() == pytest.approx(f["bytes"])
+    # The first step (a 3-token prefill: 3.5 experts a layer, 3 KV tokens written) and the
+    # last (a decode of B at 3 tokens of KV: 2 experts, 4 read, 1 written).
+    fixed, expert, kv, state = (
+        f["weight_bytes_one_token_step"] - 2 * (f["expert_weight_bytes"] / 12.5),
+        f["expert_weight_bytes"] / 12.5,
+        f["kv_bytes_per_token"],
+        f["state_bytes_per_request"],
+    )
+    assert per_step[0] == pytest.approx(fixed + 3.5 * expert + 3 * kv + state)
+    assert per_step[-1] == pytest.approx(fixed + 2 * expert + 5 * kv + 2 * state)
 
 
 def hf_params_read(model) -> int:

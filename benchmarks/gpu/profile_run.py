@@ -27,7 +27,13 @@ from transformers import AutoConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from strixlm.benchmarks.memory_floor import measure_copy_bandwidth, workload_floor  # noqa: E402
+from strixlm.benchmarks.memory_floor import (  # noqa: E402
+    measure_copy_bandwidth,
+    model_shape,
+    schedule_loads,
+    step_bytes,
+    workload_floor,
+)
 from strixlm.benchmarks.throughput import resolve_model  # noqa: E402
 from strixlm.benchmarks.workload import make_workload, special_token_ids, warmup_workload  # noqa: E402
 from strixlm.engine.request import SamplingParams  # noqa: E402
@@ -91,14 +97,20 @@ def kernel_records(kernels: list) -> list[Record]:
 
 
 def where_gaps_go(
-    recs: list[Record], steps: list[tuple[int, int]], kv_bytes_per_token: int
+    recs: list[Record],
+    steps: list[tuple[int, int, int]],
+    kv_bytes_per_token: int,
+    step_floor_us: list[float] | None = None,
 ) -> None:
     """Where the idle time sits: gaps over 20 us by the kernel pair around them, and the
     run cut into steps at its sampling kernel (one per step) in buckets of 50 steps (prefill
     steps first, the small-batch tail last): each bucket's span, busy and idle time, its mean
     decode batch, and attention's time and read rate over the decode rows' KV (steps[i] is
-    step i's (decode rows, their summed context), recorded at scheduling; the admission
-    steps' prompt rows are not counted in the rate)."""
+    step i's (decode rows, their summed context, prompt tokens), recorded at scheduling;
+    the admission steps' prompt rows are not counted in the rate). With step_floor_us (each
+    step's share of the memory floor, from the floor's own schedule) each bucket also gets
+    its floor and the fraction of it the bucket ran at, and the run's time above the floor
+    is summed by region (excess_by_region)."""
     pairs: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0])
     end, prev = None, ""
     for s, e, name in recs:
@@ -117,12 +129,18 @@ def where_gaps_go(
     if len(cuts) != len(steps):
         print(f"({len(cuts)} sampling launches for {len(steps)} scheduled steps: no batch column)")
         steps = []
+    if step_floor_us is not None and len(step_floor_us) != len(cuts):
+        print(f"(the floor's schedule has {len(step_floor_us)} steps, the run {len(cuts)}: "
+              "no floor column)")  # fmt: skip
+        step_floor_us = None
     print(
         "steps (cut at the sampling kernel), per 50: span ms, GPU busy ms, idle ms, mean span"
         " ms, mean decode rows, attention ms, attention TB/s over the decode KV"
+        + (", floor ms, fraction of the floor" if step_floor_us else "")
     )
     t0 = recs[0][0]
     bounds = [t0] + cuts
+    spans_us = [b - a for a, b in zip(bounds, cuts, strict=False)]
     i = 0
     for lo in range(0, len(cuts), 50):
         hi = min(lo + 50, len(cuts))
@@ -139,11 +157,43 @@ def where_gaps_go(
         line = (f"  steps {lo:4d}-{hi - 1:4d}: {span / 1e3:8.1f} {busy / 1e3:8.1f}"
                 f" {(span - busy) / 1e3:7.1f} {span / 1e3 / (hi - lo):7.2f}")  # fmt: skip
         if steps:
-            rows = sum(r for r, _ in steps[lo:hi]) / (hi - lo)
-            kv = sum(c for _, c in steps[lo:hi]) * kv_bytes_per_token
+            rows = sum(s[0] for s in steps[lo:hi]) / (hi - lo)
+            kv = sum(s[1] for s in steps[lo:hi]) * kv_bytes_per_token
             rate = kv / attn_us / 1e6 if attn_us else 0.0
             line += f" {rows:6.1f} {attn_us / 1e3:8.1f} {rate:5.2f}"
+        if step_floor_us:
+            fl = sum(step_floor_us[lo:hi])
+            line += f" {fl / 1e3:8.1f} {fl / span:6.1%}"
         print(line)
+    if step_floor_us and steps:
+        print("time above the floor by region (steps, ms measured, ms floor, ms above):")
+        for name, n, meas, fl in excess_by_region(spans_us, step_floor_us, steps):
+            print(f"  {name:28s} {n:5d} {meas / 1e3:9.1f} {fl / 1e3:9.1f} {(meas - fl) / 1e3:8.1f}")
+
+
+# Regions of a run by its steps' decode rows; admission steps (any prompt rows) come first.
+REGIONS = [("decode, 129-256 rows", 129), ("decode, 65-128 rows", 65), ("decode, 1-64 rows", 1)]
+
+
+def excess_by_region(
+    spans_us: list[float], floor_us: list[float], steps: list[tuple[int, int, int]]
+) -> list[tuple[str, int, float, float]]:
+    """(region, steps, measured us, floor us) for the admission steps (any prompt tokens) and
+    for the other steps by their decode rows (REGIONS), then the whole run. Spans, floors
+    and steps ((decode rows, context, prompt tokens), as record_steps keeps them) are one
+    entry a step, in step order."""
+    buckets: dict[str, list[int]] = {"admission steps": [], **{r: [] for r, _ in REGIONS}}
+    for i, (rows, _, prompt) in enumerate(steps):
+        if prompt:
+            buckets["admission steps"].append(i)
+        else:
+            buckets[next(r for r, lo in REGIONS if rows >= lo or lo == 1)].append(i)
+    out = [
+        (name, len(idx), sum(spans_us[i] for i in idx), sum(floor_us[i] for i in idx))
+        for name, idx in buckets.items()
+    ]
+    out.append(("whole run", len(steps), sum(spans_us), sum(floor_us)))
+    return out
 
 
 def show_step_gaps(recs: list[Record], step: int, min_gap_us: float = 1.0) -> None:
@@ -170,19 +220,22 @@ def show_step_gaps(recs: list[Record], step: int, min_gap_us: float = 1.0) -> No
     print(f"  {n} gaps, {total:.1f} us")
 
 
-def record_steps(llm: LLM) -> list[tuple[int, int]]:
+def record_steps(llm: LLM) -> list[tuple[int, int, int]]:
     """Wrap the scheduler so every step appends (decode rows, their summed context after the
-    step): what that step's decode attention reads, in tokens per layer."""
+    step, prompt tokens): what that step's decode attention reads, in tokens per layer, and
+    the prompt tokens it computes (chunks of more than one token: a one-token chunk, which
+    the budget can leave, counts as a decode row)."""
     sched = llm.engine.core.scheduler
     schedule = sched.schedule
-    steps: list[tuple[int, int]] = []
+    steps: list[tuple[int, int, int]] = []
 
     def recorded():
         out = schedule()
         if not out.is_empty:
             n_new = out.num_scheduled_tokens
             ctx = [r.num_computed_tokens for r in sched.running if n_new.get(r.request_id) == 1]
-            steps.append((len(ctx), sum(ctx)))
+            prompt = sum(n for n in n_new.values() if n > 1)
+            steps.append((len(ctx), sum(ctx), prompt))
         return out
 
     sched.schedule = recorded
@@ -263,7 +316,9 @@ def main() -> int:
     for cat, us in sorted(by_cat.items(), key=lambda kv: -kv[1]):
         print(f"{cat:18s} {us / 1e6:8.3f} {us / 1e6 / prof_s:6.1%}")
     recs = kernel_records(kernels)
-    where_gaps_go(recs, steps, floor["kv_bytes_per_token"])
+    loads = schedule_loads(pairs, 256, 8192)
+    step_floor_us = (step_bytes(model_shape(hf), 2, 2, loads) / bw * 1e6).tolist()
+    where_gaps_go(recs, steps, floor["kv_bytes_per_token"], step_floor_us)
     for idx in filter(None, args.show_steps.split(",")):
         show_step_gaps(recs, int(idx))
     print("top kernels (total ms, launches, mean us):")

@@ -399,6 +399,27 @@ def unit_bytes(
     return fixed, expert, kv_token, state
 
 
+def step_bytes(
+    shape: dict[str, int], dtype_bytes: int, kv_dtype_bytes: int, loads: Sequence[StepLoad]
+) -> np.ndarray:
+    """Bytes each step of `loads` must move (float64, one entry a step): the weights, the
+    routed experts its tokens chose, its KV reads and writes and its Mamba state traffic.
+    Their sum is workload_floor's "bytes"; profile_run.py sets each step's share of the
+    floor beside the step's measured time."""
+    fixed, expert, kv_tok, state = unit_bytes(shape, dtype_bytes, kv_dtype_bytes)
+    num_experts, top_k = shape["num_experts"], shape["experts_per_token"]
+    out = np.empty(len(loads), dtype=np.float64)
+    for i, s in enumerate(loads):
+        experts = expected_experts(num_experts, top_k, s.tokens) if num_experts else 0.0
+        out[i] = (
+            fixed
+            + experts * expert
+            + (s.kv_read + s.kv_written) * kv_tok
+            + (s.state_reads + s.state_writes) * state
+        )
+    return out
+
+
 def workload_floor(
     model_cfg: Any,
     dtype_bytes: int,
