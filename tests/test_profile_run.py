@@ -20,13 +20,19 @@ def test_excess_by_region_buckets_steps_by_prompts_then_decode_rows():
              (65, 9, 0), (64, 9, 0), (1, 9, 0)]  # fmt: skip
     spans = [10.0, 20.0, 5.0, 4.0, 3.0, 2.5, 2.0, 1.0]
     floors = [1.0, 2.0, 4.0, 3.0, 2.0, 2.0, 1.0, 0.5]
-    rows = profile_run.excess_by_region(spans, floors, steps)
-    got = {name: (n, meas, fl) for name, n, meas, fl in rows}
-    assert got["admission steps"] == (2, 30.0, 3.0)
-    assert got["decode, 129-256 rows"] == (2, 9.0, 7.0)
-    assert got["decode, 65-128 rows"] == (2, 5.5, 4.0)
-    assert got["decode, 1-64 rows"] == (2, 3.0, 1.5)
-    assert got["whole run"] == (8, pytest.approx(sum(spans)), pytest.approx(sum(floors)))
+    bounds = [6.0, 7.0, 4.5, 3.0, 2.0, 2.0, 1.0, 0.5]
+    rows = profile_run.excess_by_region(spans, floors, bounds, steps)
+    got = {name: (n, meas, fl, bd) for name, n, meas, fl, bd in rows}
+    assert got["admission steps"] == (2, 30.0, 3.0, 13.0)
+    assert got["decode, 129-256 rows"] == (2, 9.0, 7.0, 7.5)
+    assert got["decode, 65-128 rows"] == (2, 5.5, 4.0, 4.0)
+    assert got["decode, 1-64 rows"] == (2, 3.0, 1.5, 1.5)
+    assert got["whole run"] == (
+        8,
+        pytest.approx(sum(spans)),
+        pytest.approx(sum(floors)),
+        pytest.approx(sum(bounds)),
+    )
     # The regions partition the run.
     parts = [r for r in rows if r[0] != "whole run"]
     assert sum(r[1] for r in parts) == len(steps)
@@ -34,7 +40,7 @@ def test_excess_by_region_buckets_steps_by_prompts_then_decode_rows():
 
 
 def test_excess_by_region_keeps_empty_regions():
-    rows = profile_run.excess_by_region([1.0], [0.5], [(3, 30, 0)])
+    rows = profile_run.excess_by_region([1.0], [0.5], [0.6], [(3, 30, 0)])
     assert [r[:2] for r in rows] == [
         ("admission steps", 0),
         ("decode, 129-256 rows", 0),

@@ -13,8 +13,8 @@ from transformers import (
     Qwen3MoeForCausalLM,
 )
 
-from strixlm.benchmarks.memory_floor import model_shape, workload_floor
-from strixlm.benchmarks.roofline import measure_matmul_flops, workload_roofline
+from strixlm.benchmarks.memory_floor import model_shape, schedule_loads, step_bytes, workload_floor
+from strixlm.benchmarks.roofline import measure_matmul_flops, step_phases, workload_roofline
 from strixlm.benchmarks.throughput import CONFIGS_DIR
 from strixlm.benchmarks.workload import make_workload
 
@@ -71,6 +71,22 @@ def test_free_compute_gives_the_memory_floor(name: str, kv_bytes: int) -> None:
         real = workload_roofline(cfg, 2, kv_bytes, reqs, seqs, 4e12, 7e14, budget)
         extra = real["linear_compute_over_bytes_s"] + real["attention_compute_over_bytes_s"]
         assert real["bound_s"] == pytest.approx(floor["floor_s"] + extra, rel=1e-9)
+
+
+def test_step_phases_add_up_to_the_bound_and_the_floor() -> None:
+    # profile_run.py sets these per-step figures beside measured steps: their sums are the
+    # roofline's bound and, on the byte sides, the memory floor's bytes.
+    cfg = AutoConfig.from_pretrained(CONFIGS_DIR / "qwen3-0.6b")
+    reqs = _requests(3, 40)
+    loads = schedule_loads(reqs, 16, 512)
+    phases = step_phases(cfg, 2, 2, loads, 4.2e12, 7e14)
+    bound = workload_roofline(cfg, 2, 2, reqs, 16, 4.2e12, 7e14, 512)
+    assert len(phases) == bound["steps"] == len(loads)
+    assert sum(max(w, g) + max(kv, a) for w, g, kv, a in phases) == pytest.approx(
+        bound["bound_s"], rel=1e-12
+    )
+    per_step = step_bytes(model_shape(cfg), 2, 2, loads) / 4.2e12
+    assert [w + kv for w, _, kv, _ in phases] == pytest.approx(per_step.tolist(), rel=1e-12)
 
 
 def test_standard_workload_on_h200_figures() -> None:

@@ -34,6 +34,7 @@ from strixlm.benchmarks.memory_floor import (  # noqa: E402
     step_bytes,
     workload_floor,
 )
+from strixlm.benchmarks.roofline import measure_matmul_flops, step_phases  # noqa: E402
 from strixlm.benchmarks.throughput import resolve_model  # noqa: E402
 from strixlm.benchmarks.workload import make_workload, special_token_ids, warmup_workload  # noqa: E402
 from strixlm.engine.request import SamplingParams  # noqa: E402
@@ -101,6 +102,7 @@ def where_gaps_go(
     steps: list[tuple[int, int, int]],
     kv_bytes_per_token: int,
     step_floor_us: list[float] | None = None,
+    step_bound_us: list[float] | None = None,
 ) -> None:
     """Where the idle time sits: gaps over 20 us by the kernel pair around them, and the
     run cut into steps at its sampling kernel (one per step) in buckets of 50 steps (prefill
@@ -110,7 +112,8 @@ def where_gaps_go(
     the admission steps' prompt rows are not counted in the rate). With step_floor_us (each
     step's share of the memory floor, from the floor's own schedule) each bucket also gets
     its floor and the fraction of it the bucket ran at, and the run's time above the floor
-    is summed by region (excess_by_region)."""
+    is summed by region (excess_by_region); step_bound_us (the compute-aware bound a step,
+    roofline.step_phases) adds the same against that bound."""
     pairs: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0])
     end, prev = None, ""
     for s, e, name in recs:
@@ -132,11 +135,13 @@ def where_gaps_go(
     if step_floor_us is not None and len(step_floor_us) != len(cuts):
         print(f"(the floor's schedule has {len(step_floor_us)} steps, the run {len(cuts)}: "
               "no floor column)")  # fmt: skip
-        step_floor_us = None
+        step_floor_us = step_bound_us = None
+    if step_bound_us is None and step_floor_us is not None:
+        step_bound_us = step_floor_us
     print(
         "steps (cut at the sampling kernel), per 50: span ms, GPU busy ms, idle ms, mean span"
         " ms, mean decode rows, attention ms, attention TB/s over the decode KV"
-        + (", floor ms, fraction of the floor" if step_floor_us else "")
+        + (", floor ms, fraction of it, bound ms, fraction of it" if step_floor_us else "")
     )
     t0 = recs[0][0]
     bounds = [t0] + cuts
@@ -161,14 +166,20 @@ def where_gaps_go(
             kv = sum(s[1] for s in steps[lo:hi]) * kv_bytes_per_token
             rate = kv / attn_us / 1e6 if attn_us else 0.0
             line += f" {rows:6.1f} {attn_us / 1e3:8.1f} {rate:5.2f}"
-        if step_floor_us:
-            fl = sum(step_floor_us[lo:hi])
-            line += f" {fl / 1e3:8.1f} {fl / span:6.1%}"
+        if step_floor_us and step_bound_us:
+            fl, bd = sum(step_floor_us[lo:hi]), sum(step_bound_us[lo:hi])
+            line += f" {fl / 1e3:8.1f} {fl / span:6.1%} {bd / 1e3:8.1f} {bd / span:6.1%}"
         print(line)
-    if step_floor_us and steps:
-        print("time above the floor by region (steps, ms measured, ms floor, ms above):")
-        for name, n, meas, fl in excess_by_region(spans_us, step_floor_us, steps):
-            print(f"  {name:28s} {n:5d} {meas / 1e3:9.1f} {fl / 1e3:9.1f} {(meas - fl) / 1e3:8.1f}")
+    if step_floor_us and step_bound_us and steps:
+        print(
+            "time above the floor and the bound by region (steps; ms measured, floor, above"
+            " it, bound, above it):"
+        )
+        for name, n, meas, fl, bd in excess_by_region(
+            spans_us, step_floor_us, step_bound_us, steps
+        ):
+            print(f"  {name:22s} {n:5d} {meas / 1e3:8.1f} {fl / 1e3:8.1f} {(meas - fl) / 1e3:7.1f}"
+                  f" {bd / 1e3:8.1f} {(meas - bd) / 1e3:7.1f}")  # fmt: skip
 
 
 # Regions of a run by its steps' decode rows; admission steps (any prompt rows) come first.
@@ -176,24 +187,26 @@ REGIONS = [("decode, 129-256 rows", 129), ("decode, 65-128 rows", 65), ("decode,
 
 
 def excess_by_region(
-    spans_us: list[float], floor_us: list[float], steps: list[tuple[int, int, int]]
-) -> list[tuple[str, int, float, float]]:
-    """(region, steps, measured us, floor us) for the admission steps (any prompt tokens) and
-    for the other steps by their decode rows (REGIONS), then the whole run. Spans, floors
-    and steps ((decode rows, context, prompt tokens), as record_steps keeps them) are one
-    entry a step, in step order."""
+    spans_us: list[float],
+    floor_us: list[float],
+    bound_us: list[float],
+    steps: list[tuple[int, int, int]],
+) -> list[tuple[str, int, float, float, float]]:
+    """(region, steps, measured us, floor us, bound us) for the admission steps (any prompt
+    tokens) and for the other steps by their decode rows (REGIONS), then the whole run.
+    Spans, floors, bounds and steps ((decode rows, context, prompt tokens), as record_steps
+    keeps them) are one entry a step, in step order."""
     buckets: dict[str, list[int]] = {"admission steps": [], **{r: [] for r, _ in REGIONS}}
     for i, (rows, _, prompt) in enumerate(steps):
         if prompt:
             buckets["admission steps"].append(i)
         else:
             buckets[next(r for r, lo in REGIONS if rows >= lo or lo == 1)].append(i)
-    out = [
-        (name, len(idx), sum(spans_us[i] for i in idx), sum(floor_us[i] for i in idx))
-        for name, idx in buckets.items()
+    idx_all = list(range(len(steps)))
+    return [
+        (name, len(idx), *(sum(v[i] for i in idx) for v in (spans_us, floor_us, bound_us)))
+        for name, idx in [*buckets.items(), ("whole run", idx_all)]
     ]
-    out.append(("whole run", len(steps), sum(spans_us), sum(floor_us)))
-    return out
 
 
 def show_step_gaps(recs: list[Record], step: int, min_gap_us: float = 1.0) -> None:
@@ -318,7 +331,12 @@ def main() -> int:
     recs = kernel_records(kernels)
     loads = schedule_loads(pairs, 256, 8192)
     step_floor_us = (step_bytes(model_shape(hf), 2, 2, loads) / bw * 1e6).tolist()
-    where_gaps_go(recs, steps, floor["kv_bytes_per_token"], step_floor_us)
+    rate = measure_matmul_flops("cuda")
+    print(f"matmul {rate / 1e12:.0f} TFLOP/s (the compute-aware bound's rate)")
+    step_bound_us = [
+        1e6 * (max(w, g) + max(kv, a)) for w, g, kv, a in step_phases(hf, 2, 2, loads, bw, rate)
+    ]
+    where_gaps_go(recs, steps, floor["kv_bytes_per_token"], step_floor_us, step_bound_us)
     for idx in filter(None, args.show_steps.split(",")):
         show_step_gaps(recs, int(idx))
     print("top kernels (total ms, launches, mean us):")

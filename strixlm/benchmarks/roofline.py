@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from strixlm.benchmarks.memory_floor import (
+    StepLoad,
     expected_experts,
     median_run_seconds,
     model_shape,
@@ -55,6 +56,41 @@ def measure_matmul_flops(
     return 2.0 * size**3 / median_run_seconds(lambda: torch.matmul(a, b), dev, iters)
 
 
+def step_phases(
+    model_cfg: Any,
+    dtype_bytes: int,
+    kv_dtype_bytes: int,
+    loads: Sequence[StepLoad],
+    bandwidth: float,
+    flops: float,
+) -> list[tuple[float, float, float, float]]:
+    """(weight bytes' seconds, linear FLOPs' seconds, KV and state bytes' seconds,
+    attention FLOPs' seconds) of each step of `loads`: a step's bound is max of the first
+    two plus max of the last two (see the module docstring)."""
+    if bandwidth <= 0 or flops <= 0:
+        raise ValueError("bandwidth and flops must be positive")
+    shape = model_shape(model_cfg)
+    fixed_bytes, expert_bytes, kv_tok, state_bytes = unit_bytes(shape, dtype_bytes, kv_dtype_bytes)
+    num_experts, top_k = shape["num_experts"], shape["experts_per_token"]
+    lm_head = shape["lm_head_params"]
+    # Parameters one token multiplies through, the LM head aside (tied or not).
+    token_params = (shape["weight_params"] + shape["fp32_params"] - lm_head) + shape[
+        "moe_layers"
+    ] * top_k * shape["expert_params"]
+    q_elems = shape["q_elems_per_token"]
+    out = []
+    for step in loads:
+        experts = expected_experts(num_experts, top_k, step.tokens) if num_experts else 0.0
+        weight_s = (fixed_bytes + experts * expert_bytes) / bandwidth
+        gemm_s = (2.0 * step.tokens * token_params + 2.0 * step.sampled * lm_head) / flops
+        moved = (step.kv_read + step.kv_written) * kv_tok
+        moved += (step.state_reads + step.state_writes) * state_bytes
+        pairs = step.kv_read - sum(k for _, k in step.prefill_chunks)
+        pairs += sum(c * k + c * (c + 1) / 2 for c, k in step.prefill_chunks)
+        out.append((weight_s, gemm_s, moved / bandwidth, 4.0 * pairs * q_elems / flops))
+    return out
+
+
 def workload_roofline(
     model_cfg: Any,
     dtype_bytes: int,
@@ -67,31 +103,12 @@ def workload_roofline(
 ) -> dict[str, Any]:
     """The bound (seconds, output tok/s) at `bandwidth` bytes/s and `flops` FLOP/s, with the
     seconds each phase spends above its bytes' time (what the memory floor leaves out)."""
-    if bandwidth <= 0 or flops <= 0:
-        raise ValueError("bandwidth and flops must be positive")
-    shape = model_shape(model_cfg)
-    fixed_bytes, expert_bytes, kv_tok, state_bytes = unit_bytes(shape, dtype_bytes, kv_dtype_bytes)
-    num_experts, top_k = shape["num_experts"], shape["experts_per_token"]
-    lm_head = shape["lm_head_params"]
-    # Parameters one token multiplies through, the LM head aside (tied or not).
-    token_params = (shape["weight_params"] + shape["fp32_params"] - lm_head) + shape[
-        "moe_layers"
-    ] * top_k * shape["expert_params"]
-    q_elems = shape["q_elems_per_token"]
-
-    linear_s = attention_s = linear_extra_s = attention_extra_s = 0.0
     loads = schedule_loads(requests, max_num_seqs, max_num_batched_tokens)
-    for step in loads:
-        experts = expected_experts(num_experts, top_k, step.tokens) if num_experts else 0.0
-        weight_s = (fixed_bytes + experts * expert_bytes) / bandwidth
-        gemm_s = (2.0 * step.tokens * token_params + 2.0 * step.sampled * lm_head) / flops
+    phases = step_phases(model_cfg, dtype_bytes, kv_dtype_bytes, loads, bandwidth, flops)
+    linear_s = attention_s = linear_extra_s = attention_extra_s = 0.0
+    for weight_s, gemm_s, kv_s, attn_math_s in phases:
         linear_s += max(weight_s, gemm_s)
         linear_extra_s += max(0.0, gemm_s - weight_s)
-        moved = (step.kv_read + step.kv_written) * kv_tok
-        moved += (step.state_reads + step.state_writes) * state_bytes
-        pairs = step.kv_read - sum(k for _, k in step.prefill_chunks)
-        pairs += sum(c * k + c * (c + 1) / 2 for c, k in step.prefill_chunks)
-        kv_s, attn_math_s = moved / bandwidth, 4.0 * pairs * q_elems / flops
         attention_s += max(kv_s, attn_math_s)
         attention_extra_s += max(0.0, attn_math_s - kv_s)
     out_tokens = int(sum(o for _, o in requests))
