@@ -48,3 +48,40 @@ def test_excess_by_region_keeps_empty_regions():
         ("decode, 1-64 rows", 1),
         ("whole run", 1),
     ]
+
+
+def _synthetic_run(n: int) -> tuple[list, list]:
+    """n steps of one 50 us attention launch and one 10 us sampling launch, 2 us apart;
+    three admission steps, then 256 decode rows, then 40."""
+    recs, steps, t = [], [], 0.0
+    for i in range(n):
+        recs.append((t, t + 50.0, "_paged_decode_persistent_kernel"))
+        recs.append((t + 52.0, t + 62.0, "_lm_head_argmax_kernel"))
+        t += 64.0
+        steps.append((256 if i < n // 2 else 40, 1000, 8192 if i < 3 else 0))
+    return recs, steps
+
+
+def test_where_gaps_go_prints_the_floor_and_bound_by_region(capsys):
+    recs, steps = _synthetic_run(60)
+    profile_run.where_gaps_go(recs, steps, 2, [30.0] * 60, [40.0] * 60)
+    out = capsys.readouterr().out
+    assert "floor ms, fraction of it, bound ms, fraction of it" in out
+    region = {
+        line.split()[0] + line.split()[1]: line.split()
+        for line in out.splitlines()
+        if line.startswith("  admission") or line.startswith("  decode") or "whole run" in line
+    }
+    # Three admission steps: the first spans 62 us (from the first kernel), the others 64.
+    assert region["admissionsteps"][2:] == ["3", "0.2", "0.1", "0.1", "0.1", "0.1"]
+    assert region["wholerun"][2] == "60"
+    assert float(region["wholerun"][4]) == pytest.approx(1.8)  # 60 x 30 us of floor
+
+
+def test_where_gaps_go_without_a_matching_schedule(capsys):
+    recs, steps = _synthetic_run(60)
+    profile_run.where_gaps_go(recs, steps, 2, [30.0] * 59, [40.0] * 59)
+    out = capsys.readouterr().out
+    assert "no floor column" in out and "time above the floor" not in out
+    profile_run.where_gaps_go(recs, steps, 2, [30.0] * 60, None)
+    assert "time above the floor" not in capsys.readouterr().out

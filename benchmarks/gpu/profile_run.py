@@ -109,11 +109,11 @@ def where_gaps_go(
     steps first, the small-batch tail last): each bucket's span, busy and idle time, its mean
     decode batch, and attention's time and read rate over the decode rows' KV (steps[i] is
     step i's (decode rows, their summed context, prompt tokens), recorded at scheduling;
-    the admission steps' prompt rows are not counted in the rate). With step_floor_us (each
-    step's share of the memory floor, from the floor's own schedule) each bucket also gets
-    its floor and the fraction of it the bucket ran at, and the run's time above the floor
-    is summed by region (excess_by_region); step_bound_us (the compute-aware bound a step,
-    roofline.step_phases) adds the same against that bound."""
+    the admission steps' prompt rows are not counted in the rate). With step_floor_us and
+    step_bound_us (each step's share of the memory floor, from the floor's own schedule, and
+    its compute-aware bound, roofline.step_phases) each bucket also gets both and the
+    fraction of each it ran at, and the run's time above them is summed by region
+    (excess_by_region)."""
     pairs: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0])
     end, prev = None, ""
     for s, e, name in recs:
@@ -132,12 +132,12 @@ def where_gaps_go(
     if len(cuts) != len(steps):
         print(f"({len(cuts)} sampling launches for {len(steps)} scheduled steps: no batch column)")
         steps = []
-    if step_floor_us is not None and len(step_floor_us) != len(cuts):
+    if step_floor_us is None or step_bound_us is None:
+        step_floor_us = step_bound_us = None  # the columns come as a pair
+    elif len(step_floor_us) != len(cuts) or len(step_bound_us) != len(cuts):
         print(f"(the floor's schedule has {len(step_floor_us)} steps, the run {len(cuts)}: "
               "no floor column)")  # fmt: skip
         step_floor_us = step_bound_us = None
-    if step_bound_us is None and step_floor_us is not None:
-        step_bound_us = step_floor_us
     print(
         "steps (cut at the sampling kernel), per 50: span ms, GPU busy ms, idle ms, mean span"
         " ms, mean decode rows, attention ms, attention TB/s over the decode KV"
