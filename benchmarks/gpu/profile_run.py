@@ -27,6 +27,8 @@ from transformers import AutoConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from lane_account import union_length  # noqa: E402
+
 from strixlm.benchmarks.memory_floor import (  # noqa: E402
     measure_copy_bandwidth,
     model_shape,
@@ -59,20 +61,6 @@ def category(name: str) -> str:
         if any(f in low for f in frags):
             return cat
     return "other"
-
-
-def union_us(intervals: list[tuple[float, float]]) -> float:
-    total, cur_s, cur_e = 0.0, None, None
-    for s, e in sorted(intervals):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    if cur_e is not None:
-        total += cur_e - cur_s
-    return total
 
 
 def idle_gaps(intervals: list[tuple[float, float]]) -> list[float]:
@@ -157,7 +145,7 @@ def where_gaps_go(
                 if category(recs[i][2]) == "attention":
                     attn_us += recs[i][1] - recs[i][0]
             i += 1
-        busy = union_us(ivs)
+        busy = union_length(ivs)
         span = b - a
         line = (f"  steps {lo:4d}-{hi - 1:4d}: {span / 1e3:8.1f} {busy / 1e3:8.1f}"
                 f" {(span - busy) / 1e3:7.1f} {span / 1e3 / (hi - lo):7.2f}")  # fmt: skip
@@ -306,7 +294,7 @@ def main() -> int:
         by_cat[category(e.name)] += dur
         by_name[e.name][0] += dur
         by_name[e.name][1] += 1
-    busy = union_us(intervals) / 1e6
+    busy = union_length(intervals) / 1e6
     gaps = idle_gaps(intervals)
     ksum = sum(by_cat.values()) / 1e6
     print(f"profiled run: wall {prof_s:.3f} s, GPU busy {busy:.3f} s ({busy / prof_s:.1%}),"

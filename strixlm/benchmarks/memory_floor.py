@@ -399,25 +399,29 @@ def unit_bytes(
     return fixed, expert, kv_token, state
 
 
+def step_byte_parts(
+    shape: dict[str, int], dtype_bytes: int, kv_dtype_bytes: int, loads: Sequence[StepLoad]
+) -> np.ndarray:
+    """[steps, 2] float64: each step's weight bytes (the routed experts its tokens chose
+    included) and its KV reads and writes plus Mamba state traffic. The roofline bounds the
+    two sides apart (roofline.step_phases); their sum is step_bytes."""
+    fixed, expert, kv_tok, state = unit_bytes(shape, dtype_bytes, kv_dtype_bytes)
+    num_experts, top_k = shape["num_experts"], shape["experts_per_token"]
+    out = np.empty((len(loads), 2), dtype=np.float64)
+    for i, s in enumerate(loads):
+        experts = expected_experts(num_experts, top_k, s.tokens) if num_experts else 0.0
+        out[i, 0] = fixed + experts * expert
+        out[i, 1] = (s.kv_read + s.kv_written) * kv_tok + (s.state_reads + s.state_writes) * state
+    return out
+
+
 def step_bytes(
     shape: dict[str, int], dtype_bytes: int, kv_dtype_bytes: int, loads: Sequence[StepLoad]
 ) -> np.ndarray:
-    """Bytes each step of `loads` must move (float64, one entry a step): the weights, the
-    routed experts its tokens chose, its KV reads and writes and its Mamba state traffic.
-    Their sum is workload_floor's "bytes"; profile_run.py sets each step's share of the
-    floor beside the step's measured time."""
-    fixed, expert, kv_tok, state = unit_bytes(shape, dtype_bytes, kv_dtype_bytes)
-    num_experts, top_k = shape["num_experts"], shape["experts_per_token"]
-    out = np.empty(len(loads), dtype=np.float64)
-    for i, s in enumerate(loads):
-        experts = expected_experts(num_experts, top_k, s.tokens) if num_experts else 0.0
-        out[i] = (
-            fixed
-            + experts * expert
-            + (s.kv_read + s.kv_written) * kv_tok
-            + (s.state_reads + s.state_writes) * state
-        )
-    return out
+    """Bytes each step of `loads` must move (float64, one entry a step). Their sum is
+    workload_floor's "bytes"; profile_run.py sets each step's share of the floor beside the
+    step's measured time."""
+    return step_byte_parts(shape, dtype_bytes, kv_dtype_bytes, loads).sum(axis=1)
 
 
 def workload_floor(

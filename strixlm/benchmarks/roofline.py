@@ -35,11 +35,10 @@ import torch
 
 from strixlm.benchmarks.memory_floor import (
     StepLoad,
-    expected_experts,
     median_run_seconds,
     model_shape,
     schedule_loads,
-    unit_bytes,
+    step_byte_parts,
 )
 
 
@@ -66,28 +65,24 @@ def step_phases(
 ) -> list[tuple[float, float, float, float]]:
     """(weight bytes' seconds, linear FLOPs' seconds, KV and state bytes' seconds,
     attention FLOPs' seconds) of each step of `loads`: a step's bound is max of the first
-    two plus max of the last two (see the module docstring)."""
+    two plus max of the last two (see the module docstring). The byte sides are the memory
+    floor's own (memory_floor.step_byte_parts)."""
     if bandwidth <= 0 or flops <= 0:
         raise ValueError("bandwidth and flops must be positive")
     shape = model_shape(model_cfg)
-    fixed_bytes, expert_bytes, kv_tok, state_bytes = unit_bytes(shape, dtype_bytes, kv_dtype_bytes)
-    num_experts, top_k = shape["num_experts"], shape["experts_per_token"]
     lm_head = shape["lm_head_params"]
     # Parameters one token multiplies through, the LM head aside (tied or not).
     token_params = (shape["weight_params"] + shape["fp32_params"] - lm_head) + shape[
         "moe_layers"
-    ] * top_k * shape["expert_params"]
+    ] * shape["experts_per_token"] * shape["expert_params"]
     q_elems = shape["q_elems_per_token"]
+    parts = step_byte_parts(shape, dtype_bytes, kv_dtype_bytes, loads) / bandwidth
     out = []
-    for step in loads:
-        experts = expected_experts(num_experts, top_k, step.tokens) if num_experts else 0.0
-        weight_s = (fixed_bytes + experts * expert_bytes) / bandwidth
+    for step, (weight_s, kv_s) in zip(loads, parts.tolist(), strict=True):
         gemm_s = (2.0 * step.tokens * token_params + 2.0 * step.sampled * lm_head) / flops
-        moved = (step.kv_read + step.kv_written) * kv_tok
-        moved += (step.state_reads + step.state_writes) * state_bytes
         pairs = step.kv_read - sum(k for _, k in step.prefill_chunks)
         pairs += sum(c * k + c * (c + 1) / 2 for c, k in step.prefill_chunks)
-        out.append((weight_s, gemm_s, moved / bandwidth, 4.0 * pairs * q_elems / flops))
+        out.append((weight_s, gemm_s, kv_s, 4.0 * pairs * q_elems / flops))
     return out
 
 
