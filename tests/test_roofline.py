@@ -14,7 +14,12 @@ from transformers import (
 )
 
 from strixlm.benchmarks.memory_floor import model_shape, schedule_loads, step_bytes, workload_floor
-from strixlm.benchmarks.roofline import measure_matmul_flops, step_phases, workload_roofline
+from strixlm.benchmarks.roofline import (
+    measure_matmul_flops,
+    step_bound_s,
+    step_phases,
+    workload_roofline,
+)
 from strixlm.benchmarks.throughput import CONFIGS_DIR
 from strixlm.benchmarks.workload import make_workload
 
@@ -82,9 +87,10 @@ def test_step_phases_add_up_to_the_bound_and_the_floor() -> None:
     phases = step_phases(cfg, 2, 2, loads, 4.2e12, 7e14)
     bound = workload_roofline(cfg, 2, 2, reqs, 16, 4.2e12, 7e14, 512)
     assert len(phases) == bound["steps"] == len(loads)
-    assert sum(max(w, g) + max(kv, a) for w, g, kv, a in phases) == pytest.approx(
-        bound["bound_s"], rel=1e-12
-    )
+    by_hand = [max(w, g) + max(kv, a) for w, g, kv, a in phases]
+    assert [step_bound_s(p) for p in phases] == pytest.approx(by_hand, rel=1e-12)
+    assert sum(by_hand) == pytest.approx(bound["bound_s"], rel=1e-12)
+    assert bound["linear_s"] + bound["attention_s"] == pytest.approx(bound["bound_s"], rel=1e-12)
     per_step = step_bytes(model_shape(cfg), 2, 2, loads) / 4.2e12
     assert [w + kv for w, _, kv, _ in phases] == pytest.approx(per_step.tolist(), rel=1e-12)
 

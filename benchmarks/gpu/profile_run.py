@@ -36,7 +36,11 @@ from strixlm.benchmarks.memory_floor import (  # noqa: E402
     step_bytes,
     workload_floor,
 )
-from strixlm.benchmarks.roofline import measure_matmul_flops, step_phases  # noqa: E402
+from strixlm.benchmarks.roofline import (  # noqa: E402
+    measure_matmul_flops,
+    step_bound_s,
+    step_phases,
+)
 from strixlm.benchmarks.throughput import resolve_model  # noqa: E402
 from strixlm.benchmarks.workload import make_workload, special_token_ids, warmup_workload  # noqa: E402
 from strixlm.engine.request import SamplingParams  # noqa: E402
@@ -243,6 +247,10 @@ def record_steps(llm: LLM) -> list[tuple[int, int, int]]:
     return steps
 
 
+# The engine's batch limits for this run; the floor and the bound walk the same schedule.
+MAX_NUM_SEQS, TOKEN_BUDGET = 256, 8192
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="qwen3-0.6b")
@@ -259,7 +267,7 @@ def main() -> int:
     warm = warmup_workload(hf.vocab_size, avoid, 0, n=8, input_len_range=(100, 1024))
     llm = LLM(
         folder, load_format=load_format, dtype="bfloat16", device="cuda", seed=0,
-        max_num_seqs=256, max_num_batched_tokens=8192, skip_tokenizer_init=True,
+        max_num_seqs=MAX_NUM_SEQS, max_num_batched_tokens=TOKEN_BUDGET, skip_tokenizer_init=True,
         enable_prefix_caching=False,
     )  # fmt: skip
 
@@ -306,7 +314,7 @@ def main() -> int:
 
     pairs = [(len(p), o) for p, o in zip(w.prompts, w.output_lens, strict=True)]
     bw = measure_copy_bandwidth("cuda")
-    floor = workload_floor(hf, 2, 2, pairs, 256, bw, 8192)
+    floor = workload_floor(hf, 2, 2, pairs, MAX_NUM_SEQS, bw, TOKEN_BUDGET)
     attn_s = by_cat["attention"] / 1e6
     attn_bw = floor["kv_read_bytes"] / attn_s / 1e12 if attn_s else 0.0
     print(
@@ -317,13 +325,11 @@ def main() -> int:
     for cat, us in sorted(by_cat.items(), key=lambda kv: -kv[1]):
         print(f"{cat:18s} {us / 1e6:8.3f} {us / 1e6 / prof_s:6.1%}")
     recs = kernel_records(kernels)
-    loads = schedule_loads(pairs, 256, 8192)
+    loads = schedule_loads(pairs, MAX_NUM_SEQS, TOKEN_BUDGET)
     step_floor_us = (step_bytes(model_shape(hf), 2, 2, loads) / bw * 1e6).tolist()
     rate = measure_matmul_flops("cuda")
     print(f"matmul {rate / 1e12:.0f} TFLOP/s (the compute-aware bound's rate)")
-    step_bound_us = [
-        1e6 * (max(w, g) + max(kv, a)) for w, g, kv, a in step_phases(hf, 2, 2, loads, bw, rate)
-    ]
+    step_bound_us = [1e6 * step_bound_s(p) for p in step_phases(hf, 2, 2, loads, bw, rate)]
     where_gaps_go(recs, steps, floor["kv_bytes_per_token"], step_floor_us, step_bound_us)
     for idx in filter(None, args.show_steps.split(",")):
         show_step_gaps(recs, int(idx))

@@ -86,6 +86,13 @@ def step_phases(
     return out
 
 
+def step_bound_s(phase: tuple[float, float, float, float]) -> float:
+    """One step's bound from its step_phases entry: the linear phase takes the longer of its
+    weight reads and its FLOPs, then attention the longer of its KV traffic and its FLOPs."""
+    weight_s, gemm_s, kv_s, attn_math_s = phase
+    return max(weight_s, gemm_s) + max(kv_s, attn_math_s)
+
+
 def workload_roofline(
     model_cfg: Any,
     dtype_bytes: int,
@@ -107,7 +114,7 @@ def workload_roofline(
         attention_s += max(kv_s, attn_math_s)
         attention_extra_s += max(0.0, attn_math_s - kv_s)
     out_tokens = int(sum(o for _, o in requests))
-    bound_s = linear_s + attention_s
+    bound_s = sum(step_bound_s(p) for p in phases)
     return {
         "bandwidth": bandwidth,
         "matmul_flops": flops,
